@@ -1,0 +1,101 @@
+"""What this host can do, and what a task needs that is missing."""
+
+from __future__ import annotations
+
+import glob
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmci import gpus as gpumod
+from rocmci.errors import EngineError, PreflightError, UsageError
+
+NEEDS = {
+    "build": ("docker engine", "buildkit", "free disk"),
+    "run": ("docker engine", "/dev/kfd", "render nodes", "AMD GPUs", "image"),
+    "pipeline": ("step file", "inventory"),
+}
+BUILD_DISK_GIB = 100  # the real image with its build stages takes tens of GiB
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def host_checks(kfd_nodes: Path, kfd_device: Path, dri_glob: str) -> list[Check]:
+    checks = []
+    kfd = kfd_device.exists()
+    checks.append(
+        Check("/dev/kfd", kfd, "present" if kfd else "absent", "install the amdgpu driver (ROCm) on an AMD GPU host")
+    )
+    renders = sorted(glob.glob(dri_glob))
+    checks.append(
+        Check(
+            "render nodes",
+            bool(renders),
+            ", ".join(renders) or "none",
+            "no /dev/dri/renderD* nodes: amdgpu driver not loaded",
+        )
+    )
+    found = gpumod.detect_gpus(kfd_nodes)
+    if found:
+        archs = sorted({g.arch for g in found})
+        detail = f"{len(found)} GPU(s): " + ", ".join(f"{a} x{sum(g.arch == a for g in found)}" for a in archs)
+    else:
+        detail = f"no AMD GPU on this host (nothing in {kfd_nodes})"
+    checks.append(Check("AMD GPUs", bool(found), detail, "workloads need an AMD GPU host (MI300/MI325/MI355)"))
+    return checks
+
+
+def engine_checks(engine, image_ref: str, want_buildkit: bool) -> list[Check]:
+    try:
+        version = engine.server_version()
+    except EngineError as exc:
+        fix = exc.hint or ""
+        return [
+            Check("docker engine", False, exc.message, fix),
+            Check("buildkit", False, "engine not reachable", fix),
+            Check("image", False, "engine not reachable", fix),
+        ]
+    checks = [Check("docker engine", True, f"server {version}, client {engine.client}")]
+    if want_buildkit:
+        ok, detail = engine.buildkit_works()
+        checks.append(Check("buildkit", ok, detail, "use a docker client < 23 or one with the buildx plugin"))
+    else:
+        checks.append(Check("buildkit", True, "not checked (use --for build)"))
+    labels = engine.image_labels(image_ref)
+    if labels is None:
+        checks.append(Check("image", False, f"{image_ref} not found", "build it with `invoke image.build`"))
+    else:
+        checks.append(Check("image", True, f"{image_ref}: archs {labels.get('rocmci.arch', 'unlabelled')}"))
+    return checks
+
+
+def disk_check(path: Path) -> Check:
+    free = shutil.disk_usage(path).free / 2**30
+    return Check(
+        "free disk",
+        free >= BUILD_DISK_GIB,
+        f"{free:.0f} GiB free at {path}",
+        f"free up to {BUILD_DISK_GIB} GiB for a build",
+    )
+
+
+def needed_failures(checks: list[Check], purpose: str | None) -> list[Check]:
+    if purpose is None:
+        return []
+    if purpose not in NEEDS:
+        raise UsageError(f"unknown --for {purpose!r}", hint=f"choose one of {', '.join(NEEDS)}")
+    return [c for c in checks if c.name in NEEDS[purpose] and not c.ok]
+
+
+def raise_if_missing(checks: list[Check], purpose: str | None) -> None:
+    missing = needed_failures(checks, purpose)
+    if missing:
+        first = missing[0]
+        others = f" (and {len(missing) - 1} more above)" if len(missing) > 1 else ""
+        raise PreflightError(f"not ready for {purpose}: {first.name}: {first.detail}{others}", hint=first.fix)

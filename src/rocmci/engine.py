@@ -1,0 +1,168 @@
+"""The one module that talks to the Docker engine.
+
+Everything goes through the docker CLI with argument lists, never a shell: the exact argv is what
+`--dry-run` prints, and the 20.10 client Debian ships can build with BuildKit where a newer client
+without the buildx plugin refuses to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from rocmci.errors import EngineError
+
+START_HINT = "start it (as root: dockerd --bridge=none --iptables=false &, or systemctl start docker) and retry"
+# Debian's docker.io installs its client here; it builds with BuildKit without the buildx plugin.
+DEBIAN_CLIENT = "/usr/bin/docker"
+LABEL_KEY = "rocmci.managed"
+
+
+@dataclass(frozen=True)
+class Completed:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _run(argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 60) -> Completed:
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    except FileNotFoundError:
+        raise EngineError(
+            f"docker client {argv[0]!r} not found", hint="install docker.io or set ROCMCI_DOCKER"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise EngineError(f"`{' '.join(argv[:3])}` did not answer within {timeout:.0f}s", hint=START_HINT) from None
+    return Completed(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _client_major(client: str) -> int | None:
+    done = _run([client, "version", "--format", "{{.Client.Version}}"], timeout=20)
+    head = done.stdout.strip().split(".")[0]
+    return int(head) if head.isdigit() else None
+
+
+def _has_buildx(client: str) -> bool:
+    return _run([client, "buildx", "version"], timeout=20).returncode == 0
+
+
+def pick_client(setting: str = "auto") -> str:
+    """The client to use: the named one, or the first on PATH that can build with BuildKit."""
+    if setting != "auto":
+        return setting
+    candidates = [c for c in (shutil.which("docker"), DEBIAN_CLIENT) if c and os.path.exists(c)]
+    if not candidates:
+        raise EngineError("no docker client found", hint="install Debian's docker.io (apt-get install docker.io)")
+    for client in dict.fromkeys(candidates):
+        major = _client_major(client)
+        # Clients before 23 build with BuildKit when DOCKER_BUILDKIT=1; later ones need buildx.
+        if (major is not None and major < 23) or _has_buildx(client):
+            return client
+    return candidates[0]
+
+
+def _engine_error(stderr: str) -> EngineError | None:
+    text = stderr.strip()
+    if "Cannot connect to the Docker daemon" in text or "Is the docker daemon running" in text:
+        return EngineError("the Docker engine is not running", hint=START_HINT)
+    if "permission denied" in text and "docker.sock" in text:
+        return EngineError(
+            "no permission to use the Docker engine", hint="add yourself to the docker group or run as root"
+        )
+    return None
+
+
+class Engine:
+    def __init__(self, client_setting: str = "auto") -> None:
+        self._setting = client_setting
+
+    @cached_property
+    def client(self) -> str:
+        return pick_client(self._setting)
+
+    @property
+    def build_env(self) -> dict[str, str]:
+        return {**os.environ, "DOCKER_BUILDKIT": "1"}
+
+    def cli(self, *args: str, timeout: float = 60, check: bool = True) -> Completed:
+        done = _run([self.client, *args], timeout=timeout)
+        if done.returncode != 0 and check:
+            raise _engine_error(done.stderr) or EngineError(
+                f"`docker {' '.join(args[:2])}` failed: {done.stderr.strip().splitlines()[-1:] or ['no output']}"
+            )
+        return done
+
+    def server_version(self) -> str:
+        return self.cli("version", "--format", "{{.Server.Version}}", timeout=20).stdout.strip()
+
+    def buildkit_works(self) -> tuple[bool, str]:
+        """Build a one-line scratch image with BuildKit; needs no registry and no network."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="rocmci-probe-") as ctx:
+            with open(os.path.join(ctx, "Dockerfile"), "w") as fh:
+                fh.write("FROM scratch\nLABEL rocmci.probe=1\n")
+            tag = "rocmci-probe:buildkit"
+            done = _run(
+                [self.client, "build", "--network", "none", "-q", "-t", tag, ctx], env=self.build_env, timeout=60
+            )
+        if done.returncode != 0:
+            err = _engine_error(done.stderr)
+            detail = err.message if err else (done.stderr.strip().splitlines() or ["failed"])[-1]
+            return False, detail
+        self.cli("rmi", "-f", tag, check=False)
+        return True, f"BuildKit via {self.client}"
+
+    def image_labels(self, ref: str) -> dict[str, str] | None:
+        """Labels of a local image, or None when there is no such image."""
+        done = self.cli("image", "inspect", "--format", "{{json .Config.Labels}}", ref, check=False)
+        if done.returncode != 0:
+            err = _engine_error(done.stderr)
+            if err:
+                raise err
+            return None
+        return json.loads(done.stdout or "null") or {}
+
+    def containers(self, label: str) -> list[str]:
+        done = self.cli("ps", "-a", "-q", "--filter", f"label={label}")
+        return done.stdout.split()
+
+    def remove_containers(self, ids: Sequence[str]) -> None:
+        if ids:
+            self.cli("rm", "-f", *ids, check=False, timeout=120)
+
+    def stream(self, argv: Sequence[str], on_line: Callable[[str], None], *, env: dict[str, str] | None = None) -> int:
+        """Run a long command, handing each line of its merged output to on_line; returns its exit code.
+
+        The child is stopped if we are interrupted, so a Ctrl-C never leaves a build running.
+        """
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+                bufsize=1,
+                errors="replace",
+            )
+        except FileNotFoundError:
+            raise EngineError(f"docker client {argv[0]!r} not found", hint="install docker.io") from None
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                on_line(line.rstrip("\n"))
+            return proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_VLLM = REPO.parent / "shared" / "fixtures" / "vllm"
+PYTHON_IMAGE = "rocmci-test/debian-python:bookworm"
+BUSYBOX_IMAGE = "rocmci-test/busybox:latest"
+# In CI a missing engine or base image is a failure, never a skip.
+DOCKER_REQUIRED = os.environ.get("CI") == "true" or os.environ.get("REQUIRE_DOCKER_TESTS") == "1"
+
+
+def _unavailable(reason: str):
+    if DOCKER_REQUIRED:
+        pytest.fail(f"Docker tests are required here but cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def engine():
+    from rocmci.engine import Engine
+    from rocmci.errors import EngineError
+
+    eng = Engine("auto")
+    try:
+        eng.server_version()
+    except EngineError as exc:
+        _unavailable(f"no Docker engine: {exc.one_line()}")
+    return eng
+
+
+def _image(engine, ref: str) -> str:
+    if engine.image_labels(ref) is None:
+        _unavailable(f"base image {ref} is missing: run `bash .ci/base-images`")
+    return ref
+
+
+@pytest.fixture(scope="session")
+def busybox_image(engine) -> str:
+    return _image(engine, BUSYBOX_IMAGE)
+
+
+@pytest.fixture(scope="session")
+def python_image(engine) -> str:
+    return _image(engine, PYTHON_IMAGE)
+
+
+@pytest.fixture(scope="session")
+def vllm_fixtures() -> Path:
+    if not SHARED_VLLM.is_dir():
+        pytest.skip(f"real vLLM step files not found at {SHARED_VLLM} (../shared is laid beside the checkout in CI)")
+    return SHARED_VLLM
+
+
+def run_invoke(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float = 300):
+    """Run a task exactly as a user would, in a separate process."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCI_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

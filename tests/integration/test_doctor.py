@@ -1,0 +1,57 @@
+"""`invoke doctor` end to end: real engine, real invoke process, fake device trees."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import run_invoke
+from tests.unit.test_gpus import make_node
+
+
+def test_doctor_without_gpus_says_so_and_shows_the_engine(engine):
+    done = run_invoke("doctor")
+    assert done.returncode == 0, done.stderr
+    assert "No AMD GPU on this host" in done.stdout
+    assert f"server {engine.server_version()}" in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_doctor_for_run_fails_with_the_fix(engine):
+    done = run_invoke("doctor", "--for", "run")
+    assert done.returncode == 5
+    assert done.stderr.strip().splitlines() == [
+        "rocmci: not ready for run: /dev/kfd: absent (and 3 more above). "
+        "install the amdgpu driver (ROCm) on an AMD GPU host"
+    ]
+
+
+def test_doctor_reads_gpus_from_a_kfd_tree(engine, tmp_path):
+    nodes = tmp_path / "sys/class/kfd/kfd/topology/nodes"
+    make_node(nodes, 0, 0)
+    make_node(nodes, 1, 90402, render=128)
+    make_node(nodes, 2, 90402, render=129)
+    make_node(nodes, 3, 90500, render=130)
+    (tmp_path / "dev/dri").mkdir(parents=True)
+    (tmp_path / "dev/kfd").write_text("")
+    for minor in (128, 129, 130):
+        (tmp_path / f"dev/dri/renderD{minor}").write_text("")
+    done = run_invoke("doctor", "--json", "--host-root", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    checks = {c["name"]: c for c in json.loads(done.stdout)}
+    assert checks["AMD GPUs"]["detail"] == "3 GPU(s): gfx942 x2, gfx950 x1"
+    assert checks["/dev/kfd"]["ok"] and checks["render nodes"]["ok"]
+    assert checks["docker engine"]["ok"]
+
+
+def test_engine_not_running_is_one_line_naming_how_to_start_it(tmp_path):
+    done = run_invoke("doctor", "--for", "build", env={"DOCKER_HOST": f"unix://{tmp_path}/no.sock"})
+    assert done.returncode == 5
+    assert "docker engine" in done.stdout and "the Docker engine is not running" in done.stdout
+    assert "dockerd --bridge=none --iptables=false" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_unknown_purpose_is_a_usage_error():
+    done = run_invoke("doctor", "--for", "lunch")
+    assert done.returncode == 2
+    assert "unknown --for 'lunch'" in done.stderr
