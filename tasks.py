@@ -42,4 +42,92 @@ def doctor(c, for_=None, json=False, host_root="/"):
     call("doctor", purpose=for_, as_json=json, kfd_root=host_root)
 
 
-ns = Collection(settings, doctor)
+_SOURCE = "vLLM-style step file (default: the 'source' setting, .buildkite/test-amd.yaml)"
+_CHANGED = "file listing the changed paths, one per line"
+_DIFF = "git ref to diff HEAD against for the changed paths (REF...HEAD)"
+_MIRROR = "mirror_hardwares value a step must list (default: the 'mirror_hw' setting)"
+_ARCH = "archs the image's DeepEP is built for, e.g. 'gfx942;gfx950' (default: the Dockerfile's)"
+
+
+@task(
+    help={
+        "source": _SOURCE,
+        "changed_files": _CHANGED,
+        "diff_base": _DIFF,
+        "mirror_hw": _MIRROR,
+        "run_all": "run every step: no block steps for unaffected steps",
+        "nightly": "nightly run: optional steps run too",
+        "arch": _ARCH,
+        "out": "write here (atomically) instead of stdout",
+        "format": "yaml or json",
+    }
+)
+def generate(
+    c,
+    source=None,
+    changed_files=None,
+    diff_base=None,
+    mirror_hw=None,
+    run_all=False,
+    nightly=False,
+    arch=None,
+    out=None,
+    format="yaml",
+):
+    """Generate the AMD Buildkite pipeline; it is validated first and not written if it has errors."""
+    call(
+        "pipeline_generate",
+        source=source,
+        changed_files=changed_files,
+        diff_base=diff_base,
+        mirror_hw=mirror_hw,
+        run_all=run_all,
+        nightly=nightly,
+        arch=arch,
+        out=out,
+        fmt=format,
+    )
+
+
+@task(
+    help={
+        "source": _SOURCE + "; generated, then validated",
+        "pipeline": "an existing Buildkite pipeline file to validate instead (list or mapping form)",
+        "mirror_hw": _MIRROR,
+        "arch": _ARCH,
+        "json": "print findings as JSON",
+    }
+)
+def validate(c, source=None, pipeline=None, mirror_hw=None, arch=None, json=False):
+    """Validate: YAML and duplicate keys, Buildkite's schema, AMD CI rules. Exit 0 clean, 1 errors, 2 bad input."""
+    call("pipeline_validate", source=source, pipeline=pipeline, mirror_hw=mirror_hw, arch=arch, as_json=json)
+
+
+@task(
+    name="plan",
+    help={
+        "source": _SOURCE,
+        "changed_files": _CHANGED,
+        "diff_base": _DIFF,
+        "mirror_hw": _MIRROR,
+        "run_all": "as pipeline.generate --run-all",
+        "nightly": "as pipeline.generate --nightly",
+        "json": "print JSON instead of a table",
+    },
+)
+def plan_(c, source=None, changed_files=None, diff_base=None, mirror_hw=None, run_all=False, nightly=False, json=False):
+    """Which steps run, which are blocked, and why (the changed file that matched, or none)."""
+    call(
+        "pipeline_plan",
+        source=source,
+        changed_files=changed_files,
+        diff_base=diff_base,
+        mirror_hw=mirror_hw,
+        run_all=run_all,
+        nightly=nightly,
+        as_json=json,
+    )
+
+
+pipeline = Collection("pipeline", generate, validate, plan_)
+ns = Collection(settings, doctor, pipeline)

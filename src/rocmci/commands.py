@@ -76,3 +76,110 @@ def _archs(text: str) -> tuple[str, ...]:
 
 def eprint(*args: Any) -> None:
     print(*args, file=sys.stderr)
+
+
+def _generate_options(s, changed_file, diff_base, run_all, nightly):
+    from rocmci.arch import parse_arch_list
+    from rocmci.pipeline import generate as gen
+    from rocmci.pipeline import service
+
+    return gen.Options(
+        mirror_hw=s.mirror_hw,
+        changed_files=service.changed_files(changed_file, diff_base, s.workspace),
+        run_all=run_all,
+        nightly=nightly,
+        archs=parse_arch_list(s.arch),
+    )
+
+
+def pipeline_generate(
+    *,
+    source: str | None = None,
+    changed_files: str | None = None,
+    diff_base: str | None = None,
+    mirror_hw: str | None = None,
+    run_all: bool = False,
+    nightly: bool = False,
+    arch: str | None = None,
+    out: str | None = None,
+    fmt: str = "yaml",
+) -> int:
+    from rocmci.errors import FindingsError, UsageError
+    from rocmci.files import write_atomic
+    from rocmci.pipeline import service
+
+    if fmt not in ("yaml", "json"):
+        raise UsageError(f"unknown --format {fmt!r}", hint="choose yaml or json")
+    s = _settings(mirror_hw=mirror_hw, arch=arch)
+    i = service.inputs(s, source)
+    opts = _generate_options(s, changed_files, diff_base, run_all, nightly)
+    _, generated, report = service.build(i, opts, s.workspace)
+    if report.findings:
+        eprint(service.format_report(report, as_json=False))
+    if report.errors:
+        raise FindingsError(
+            f"{report.errors} error(s) in the generated pipeline; nothing was written",
+            hint="fix the findings above (file:line) and generate again",
+        )
+    text = service.render(generated.pipeline, fmt, i.source_name)
+    if out:
+        write_atomic(Path(out), text)
+        eprint(f"wrote {out}: {len(generated.pipeline['steps'])} steps")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def pipeline_validate(
+    *,
+    source: str | None = None,
+    pipeline: str | None = None,
+    mirror_hw: str | None = None,
+    arch: str | None = None,
+    as_json: bool = False,
+) -> int:
+    from rocmci.errors import UsageError
+    from rocmci.pipeline import service
+
+    if source and pipeline:
+        raise UsageError("give --source or --pipeline, not both")
+    s = _settings(mirror_hw=mirror_hw, arch=arch)
+    i = service.inputs(s, source)
+    if pipeline:
+        report = service.load_pipeline_report(Path(pipeline), service.context(i, s.workspace), s.workspace)
+    else:
+        opts = _generate_options(s, None, None, run_all=False, nightly=False)
+        _, _, report = service.build(i, opts, s.workspace)
+    print(service.format_report(report, as_json))
+    return 1 if report.errors else 0
+
+
+def pipeline_plan(
+    *,
+    source: str | None = None,
+    changed_files: str | None = None,
+    diff_base: str | None = None,
+    mirror_hw: str | None = None,
+    run_all: bool = False,
+    nightly: bool = False,
+    as_json: bool = False,
+) -> int:
+    from rocmci.pipeline import generate as gen
+    from rocmci.pipeline import service
+    from rocmci.pipeline.source import load_source
+
+    s = _settings(mirror_hw=mirror_hw)
+    i = service.inputs(s, source)
+    opts = _generate_options(s, changed_files, diff_base, run_all, nightly)
+    src = load_source(i.source_path, i.source_name)
+    forced = None if opts.changed_files is None else gen.run_all_trigger(opts.changed_files)
+    decisions = [gen.decide(step, opts, forced) for step in src.steps]
+    rows = [(d.action, d.step.pool, d.step.label, d.reason) for d in decisions]
+    if as_json:
+        print(to_json([dict(zip(("action", "pool", "label", "reason"), row, strict=True)) for row in rows]))
+        return 0
+    order = {"run": 0, "block": 1, "skip": 2}
+    print(table(("action", "pool", "step", "why"), sorted(rows, key=lambda r: order[r[0]])))
+    counts = {a: sum(r[0] == a for r in rows) for a in order}
+    print(f"\n{counts['run']} run, {counts['block']} blocked, {counts['skip']} not on {s.mirror_hw}")
+    return 0

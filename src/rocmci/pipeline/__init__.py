@@ -1,0 +1,1 @@
+"""vLLM-style step files -> Buildkite pipeline, and validation of both."""

@@ -1,0 +1,35 @@
+"""A finding: where (file:line:col), which rule, how bad, what to do; plus the source step it came from."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rocmci.pipeline.yamldoc import Document, Path_
+
+ERROR = "error"
+WARNING = "warning"
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    file: str
+    line: int
+    col: int
+    rule: str
+    severity: str
+    message: str
+    origin: str | None = None  # for a generated step: the source step's file:line
+
+    @classmethod
+    def at(cls, doc: Document, path: Path_, rule: str, severity: str, message: str, origin: str | None = None):
+        pos = doc.pos(path)
+        return cls(doc.filename, pos.line, pos.col, rule, severity, message, origin)
+
+    def text(self) -> str:
+        tail = f" (from {self.origin})" if self.origin else ""
+        return f"{self.file}:{self.line}:{self.col}: {self.severity} [{self.rule}] {self.message}{tail}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)

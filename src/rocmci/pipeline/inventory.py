@@ -1,0 +1,83 @@
+"""The agent pool inventory (.buildkite/agents.yaml): queue, arch, GPUs per agent, agents online."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmci.arch import parse_arch_list
+from rocmci.errors import InputError, UsageError
+from rocmci.pipeline import yamldoc
+
+POOL_KEYS = {"queue", "arch", "gpus", "agents", "note"}
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    queue: str
+    arch: str | None  # None for CPU-only pools
+    gpus: int
+    agents: bool
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Inventory:
+    filename: str
+    pools: dict[str, Pool]
+
+    def by_queue(self, queue: str) -> Pool | None:
+        return self._queues.get(queue)
+
+    @property
+    def _queues(self) -> dict[str, Pool]:
+        cached = self.__dict__.get("_queue_index")
+        if cached is None:
+            cached = {p.queue: p for p in self.pools.values()}
+            object.__setattr__(self, "_queue_index", cached)
+        return cached
+
+
+def from_document(doc: yamldoc.Document) -> Inventory:
+    if doc.duplicates:
+        d = doc.duplicates[0]
+        raise InputError(f"duplicate key '{d.key}' (first at line {d.first.line})", where=doc.where(d.path))
+    data = doc.data
+    if not isinstance(data, dict) or not isinstance(data.get("pools"), dict):
+        raise InputError("an inventory is a mapping with a 'pools' mapping", where=doc.where(()))
+    pools: dict[str, Pool] = {}
+    for name, spec in data["pools"].items():
+        path = ("pools", name)
+        where = doc.where(path)
+        if not isinstance(spec, dict):
+            raise InputError(f"pool '{name}' must be a mapping", where=where)
+        unknown = set(spec) - POOL_KEYS
+        if unknown:
+            raise InputError(
+                f"pool '{name}' has unknown key '{sorted(map(str, unknown))[0]}'",
+                where=doc.where((*path, sorted(unknown, key=str)[0])),
+                hint=f"known keys: {', '.join(sorted(POOL_KEYS))}",
+            )
+        queue, arch, gpus, agents = spec.get("queue"), spec.get("arch"), spec.get("gpus"), spec.get("agents")
+        if not isinstance(queue, str) or not queue:
+            raise InputError(f"pool '{name}' needs a 'queue' string", where=where)
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
+            raise InputError(f"pool '{name}': 'gpus' must be a whole number >= 0", where=doc.where((*path, "gpus")))
+        if not isinstance(agents, bool):
+            raise InputError(f"pool '{name}': 'agents' must be true or false", where=doc.where((*path, "agents")))
+        if arch is not None:
+            try:
+                (arch,) = parse_arch_list(str(arch), what=f"pool '{name}' arch")
+            except (UsageError, ValueError) as exc:
+                raise InputError(
+                    f"pool '{name}': arch must be one gfx target", where=doc.where((*path, "arch"))
+                ) from exc
+        if gpus and arch is None:
+            raise InputError(f"pool '{name}' has GPUs but no 'arch'", where=where)
+        pools[str(name)] = Pool(str(name), queue, arch, gpus, agents, str(spec.get("note", "")))
+    return Inventory(doc.filename, pools)
+
+
+def load_inventory(path: Path, display: str | None = None) -> Inventory:
+    return from_document(yamldoc.load(path, display))

@@ -1,0 +1,380 @@
+"""One small function per rule that has broken, or would break, vLLM's AMD CI.
+
+Each takes the pipeline and the context and yields findings; none of them raises on odd input.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from rocmci import arch as archmod
+from rocmci.pipeline.findings import ERROR, WARNING, Finding
+from rocmci.pipeline.inventory import Inventory, Pool
+from rocmci.pipeline.model import Pipeline, StepRef
+
+MAX_STEPS = 500  # Buildkite rejects an upload with more
+MAX_TIMEOUT = 180
+KEY_PATTERN = re.compile(r"[a-zA-Z0-9_\-:${}]+")
+UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+# $NAME or ${...} that `buildkite-agent pipeline upload` would replace; $$ and \$ escape it.
+INTERPOLATION = re.compile(r"(?<![$\\])(?:\$\$)*\$(\{[^}]*\}?|[A-Za-z_][A-Za-z0-9_]*)")
+# Known at upload time, so interpolating them is intended (e.g. an image tag with the commit).
+UPLOAD_TIME_VARS = frozenset(
+    {
+        "BUILDKITE_BRANCH",
+        "BUILDKITE_BUILD_ID",
+        "BUILDKITE_BUILD_NUMBER",
+        "BUILDKITE_BUILD_URL",
+        "BUILDKITE_COMMIT",
+        "BUILDKITE_MESSAGE",
+        "BUILDKITE_ORGANIZATION_SLUG",
+        "BUILDKITE_PIPELINE_SLUG",
+        "BUILDKITE_PULL_REQUEST",
+        "BUILDKITE_PULL_REQUEST_BASE_BRANCH",
+        "BUILDKITE_REPO",
+        "BUILDKITE_SOURCE",
+        "BUILDKITE_TAG",
+        "BUILDKITE_BUILD_CREATOR",
+        "BUILDKITE_BUILD_CREATOR_EMAIL",
+    }
+)
+DEEPEP_MARKERS = ("deepep_high_throughput", "deepep_low_latency", "test_deepep_moe", "deep_ep")
+_TP = re.compile(r"(?:^|\s)(?:-tp|--tensor-parallel-size)(?:=|\s+)(\d+)")
+_DP = re.compile(r"(?:^|\s)(?:-dp|--data-parallel-size)(?:=|\s+)(\d+)")
+
+
+@dataclass(frozen=True)
+class Context:
+    inventory: Inventory
+    archs: tuple[str, ...]  # what the image's DeepEP is built for
+
+
+def _commands(step: StepRef) -> list[tuple[tuple, str]]:
+    """(path, text) of everything the step will run."""
+    data = step.data
+    out: list[tuple[tuple, str]] = []
+    for name in ("command", "commands"):
+        value = data.get(name)
+        if isinstance(value, str):
+            out.append(((*step.path, name), value))
+        elif isinstance(value, list):
+            out += [((*step.path, name, i), v) for i, v in enumerate(value) if isinstance(v, str)]
+    env = data.get("env")
+    if isinstance(env, dict) and isinstance(env.get("VLLM_TEST_COMMANDS"), str):
+        out.append(((*step.path, "env", "VLLM_TEST_COMMANDS"), env["VLLM_TEST_COMMANDS"]))
+    return out
+
+
+def queue_of(step: StepRef, pipeline: Pipeline) -> str | None:
+    agents = step.data.get("agents") if isinstance(step.data, dict) else None
+    if agents is None:
+        agents = pipeline.default_agents
+    if isinstance(agents, dict):
+        queue = agents.get("queue")
+        return queue if isinstance(queue, str) else None
+    if isinstance(agents, list):
+        for item in agents:
+            if isinstance(item, str) and item.startswith("queue="):
+                return item.partition("=")[2]
+    return None
+
+
+def _pool(step: StepRef, pipeline: Pipeline, ctx: Context) -> Pool | None:
+    queue = queue_of(step, pipeline)
+    return ctx.inventory.by_queue(queue) if queue else None
+
+
+def _agents_path(step: StepRef) -> tuple:
+    return (*step.path, "agents") if "agents" in step.data else step.path
+
+
+def empty_step(p: Pipeline, ctx: Context) -> Iterator[Finding]:
+    for step in p.steps:
+        if step.data is None or step.data == {}:
+            yield p.report(
+                step.path, "empty-step", ERROR, "empty step: Buildkite accepts it but it does nothing; remove it"
+            )
+
+
+def step_limit(p: Pipeline, ctx: Context) -> Iterator[Finding]:
+    if len(p.steps) > MAX_STEPS:
+        yield p.report(
+            ("steps",),
+            "step-limit",
+            ERROR,
+            f"{len(p.steps)} steps; Buildkite rejects an upload of more than {MAX_STEPS}: split it into several uploads",
+        )
+
+
+def unique_keys(p: Pipeline, ctx: Context) -> Iterator[Finding]:
+    seen: dict[str, StepRef] = {}
+    for step in p.steps:
+        key = step.key
+        if key is None:
+            continue
+        if key in seen:
+            first = p.report(seen[key].path, "unique-key", ERROR, "")
+            yield p.report(
+                (*step.path, "key"),
+                "unique-key",
+                ERROR,
+                f"step key {key!r} is used again (first at line {first.line}); keys must be unique",
+            )
+        else:
+            seen[key] = step
+
+
+def key_pattern(p: Pipeline, ctx: Context) -> Iterator[Finding]:
+    for step in p.steps:
+        key = step.key
+        if key is None:
+            continue
+        if not KEY_PATTERN.fullmatch(key) or len(key) > 100 or UUID.fullmatch(key):
+            bad = sorted({c for c in key if not KEY_PATTERN.fullmatch(c)})
+            why = f"it contains {' '.join(repr(c) for c in bad)}" if bad else "it is too long or looks like a UUID"
+            yield p.report(
+                (*step.path, "key"),
+                "key-pattern",
+                ERROR,
+                f"step key {key!r} is not a valid Buildkite key: {why}; use letters, digits, '-', '_' and ':' "
+                "(join arch lists with '-')",
+            )
+
+
+def depends_on_resolves(p: Pipeline, ctx: Context) -> Iterator[Finding]:
+    keys = [s.key for s in p.steps if s.key]
+    known = set(keys)
+    for step in p.steps:
+        for path, dep in step.depends_on():
+            if dep not in known:
+                close = difflib.get_close_matches(dep, keys, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                yield p.report(path, "depends-on", ERROR, f"depends_on {dep!r} names no step in this pipeline{hint}")
+
+
+def dependency_cycles(p: Pipeline, ctx: Context) -> Iterator[Finding]:
+    by_key = {s.key: s for s in p.steps if s.key}
+    edges = {s.key: [d for _, d in s.depends_on() if d in by_key] for s in p.steps if s.key}
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+    reported: set[frozenset[str]] = set()
+    for start in edges:
+        if state.get(start):
+            continue
+        stack: list[tuple[str, int]] = [(start, 0)]
+        trail: list[str] = []
+        while stack:
+            node, i = stack.pop()
+            if i == 0:
+                state[node] = 1
+                trail.append(node)
+            deps = edges[node]
+            if i < len(deps):
+                stack.append((node, i + 1))
+                nxt = deps[i]
+                if state.get(nxt) == 1:
+                    cycle = trail[trail.index(nxt) :] + [nxt]
+                    if frozenset(cycle) not in reported:
+                        reported.add(frozenset(cycle))
+                        yield p.report(
+                            (*by_key[nxt].path, "depends_on"),
+                            "dependency-cycle",
+                            ERROR,
+                            "dependency cycle: " + " -> ".join(cycle) + "; these steps would never start",
+                        )
+                elif not state.get(nxt):
+                    stack.append((nxt, 0))
+            else:
+                state[node] = 2
+                trail.pop()
+
+
+def known_queue(p: Pipeline, ctx: Context) -> Iterator[Finding]:
+    queues = sorted(pool.queue for pool in ctx.inventory.pools.values())
+    for step in p.steps:
+        if step.kind != "command":
+            continue
+        queue = queue_of(step, p)
+        if queue is None:
+            yield p.report(
+                step.path,
+                "unknown-queue",
+                ERROR,
+                "no agents queue: the step would fall through to the default queue; set agents: {queue: ...}",
+            )
+        elif ctx.inventory.by_queue(queue) is None:
+            close = difflib.get_close_matches(queue, queues, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; add it to {ctx.inventory.filename}"
+            yield p.report(_agents_path(step), "unknown-queue", ERROR, f"queue {queue!r} is not in the inventory{hint}")
+
+
+def pool_has_agents(p: Pipeline, ctx: Context) -> Iterator[Finding]:
+    for step in p.steps:
+        if step.kind != "command":
+            continue
+        pool = _pool(step, p, ctx)
+        if pool is None or pool.agents:
+            continue
+        optional = step.behind_block or bool(step.data.get("soft_fail"))
+        alternatives = [
+            q.name for q in ctx.inventory.pools.values() if q.agents and q.arch == pool.arch and q.gpus >= pool.gpus
+        ]
+        hint = f"; pools with agents for {pool.arch}: {', '.join(alternatives)}" if alternatives else ""
+        yield p.report(
+            _agents_path(step),
+            "pool-no-agents",
+            WARNING if optional else ERROR,
+            f"pool {pool.name} (queue {pool.queue}) has no agents now: the step would wait forever{hint}",
+        )
+
+
+def parallel_size(text: str) -> int:
+    """GPUs the largest `-tp N -dp M` command asks for; 0 when no command names either."""
+    best = 0
+    for part in text.split("&&"):
+        tp = _TP.search(part)
+        dp = _DP.search(part)
+        if tp or dp:
+            best = max(best, (int(tp.group(1)) if tp else 1) * (int(dp.group(1)) if dp else 1))
+    return best
+
+
+def gpu_count(p: Pipeline, ctx: Context) -> Iterator[Finding]:
+    for step in p.steps:
+        if step.kind != "command":
+            continue
+        env = step.data.get("env") if isinstance(step.data.get("env"), dict) else {}
+        raw = env.get("VLLM_CI_EXPECTED_GPU_COUNT")
+        expected = int(raw) if isinstance(raw, str | int) and str(raw).isdigit() else None
+        pool = _pool(step, p, ctx)
+        if pool is not None and expected is not None and expected > pool.gpus:
+            yield p.report(
+                (*step.path, "env", "VLLM_CI_EXPECTED_GPU_COUNT"),
+                "gpu-count",
+                ERROR,
+                f"needs {expected} GPUs but an agent of {pool.name} has {pool.gpus}; use a pool with more GPUs",
+            )
+        available = expected if expected is not None else (pool.gpus if pool else None)
+        if available is None:
+            continue
+        for path, text in _commands(step):
+            size = parallel_size(text)
+            if size > available:
+                yield p.report(
+                    path,
+                    "gpu-count",
+                    ERROR,
+                    f"-tp x -dp needs {size} GPUs but the step gets {available}; raise num_gpus or lower -tp/-dp",
+                )
+
+
+def deepep_arch(p: Pipeline, ctx: Context) -> Iterator[Finding]:
+    built = archmod.canonical(ctx.archs)
+    for step in p.steps:
+        if step.kind != "command":
+            continue
+        uses = [path for path, text in _commands(step) if any(m in text for m in DEEPEP_MARKERS)]
+        if not uses:
+            continue
+        pool = _pool(step, p, ctx)
+        if pool is None:
+            continue  # unknown-queue says why
+        if pool.arch not in ctx.archs:
+            where = pool.arch or "no GPU"
+            yield p.report(
+                uses[0],
+                "deepep-arch",
+                ERROR,
+                f"runs DeepEP on {pool.name} ({where}) but the image's DeepEP is built for {built}; "
+                f"move the step to a {' or '.join(ctx.archs)} pool or add the arch to DEEPEP_ROCM_ARCH",
+            )
+
+
+def _strings(value: Any, path: tuple) -> Iterator[tuple[tuple, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, (*path, i))
+
+
+def interpolation(p: Pipeline, ctx: Context) -> Iterator[Finding]:
+    defined = {str(k) for k in p.env} | UPLOAD_TIME_VARS
+    for step in p.steps:
+        for path, text in _strings(step.data, step.path):
+            if "$" not in text:
+                continue
+            for match in INTERPOLATION.finditer(text):
+                name = match.group(1).strip("{}").split(":")[0].split("-")[0]
+                if name in defined:
+                    continue
+                token = "$" + match.group(1)
+                yield p.report(
+                    path,
+                    "interpolation",
+                    ERROR,
+                    f"{token} is replaced by `buildkite-agent pipeline upload` before the job runs; "
+                    f"write ${token} to pass it to the job, or define {name} in the pipeline's env",
+                )
+                break  # one finding per string is enough to point at it
+
+
+def timeouts(p: Pipeline, ctx: Context) -> Iterator[Finding]:
+    for step in p.steps:
+        if step.kind != "command":
+            continue
+        value = step.data.get("timeout_in_minutes")
+        if value is None:
+            yield p.report(
+                step.path,
+                "timeout",
+                ERROR,
+                f"no timeout_in_minutes: a hung GPU job would hold its agent; set one (at most {MAX_TIMEOUT})",
+            )
+        elif isinstance(value, int) and value > MAX_TIMEOUT:
+            yield p.report(
+                (*step.path, "timeout_in_minutes"),
+                "timeout",
+                ERROR,
+                f"timeout_in_minutes {value} is over the {MAX_TIMEOUT}-minute cap of AMD CI",
+            )
+
+
+RULES = (
+    empty_step,
+    step_limit,
+    unique_keys,
+    key_pattern,
+    depends_on_resolves,
+    dependency_cycles,
+    known_queue,
+    pool_has_agents,
+    gpu_count,
+    deepep_arch,
+    interpolation,
+    timeouts,
+)
+RULE_IDS = (
+    "yaml-syntax",
+    "duplicate-key",
+    "source-schema",
+    "schema",
+    "empty-step",
+    "step-limit",
+    "unique-key",
+    "key-pattern",
+    "depends-on",
+    "dependency-cycle",
+    "unknown-queue",
+    "pool-no-agents",
+    "gpu-count",
+    "deepep-arch",
+    "interpolation",
+    "timeout",
+)

@@ -1,0 +1,176 @@
+"""vLLM-style step files (.buildkite/test-amd.yaml): load, check each step's shape, keep positions."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocmci.errors import InputError
+from rocmci.pipeline import yamldoc
+from rocmci.pipeline.findings import ERROR, Finding
+
+# The step format as vLLM's AMD generator reads it: key -> (expected type name, checker).
+_STR = ("a string", lambda v: isinstance(v, str))
+_BOOL = ("true or false", lambda v: isinstance(v, bool))
+_INT = ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool))
+_STR_LIST = ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v))
+_STR_MAP = (
+    "a mapping of names to strings",
+    lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str | int | bool) for k, x in v.items()),
+)
+_TAGS = ("a list of strings or a mapping", lambda v: _STR_LIST[1](v) or isinstance(v, dict))
+
+STEP_KEYS: dict[str, tuple[str, Any]] = {
+    "label": _STR,
+    "agent_pool": _STR,
+    "mirror_hardwares": _STR_LIST,
+    "commands": _STR_LIST,
+    "command": _STR,
+    "source_file_dependencies": _STR_LIST,
+    "working_dir": _STR,
+    "num_gpus": _INT,
+    "num_nodes": _INT,
+    "optional": _BOOL,
+    "timeout_in_minutes": _INT,
+    "dind": _BOOL,
+    "no_gpu": _BOOL,
+    "parallelism": _INT,
+    "fast_check": _BOOL,
+    "fast_check_only": _BOOL,
+    "soft_fail": _BOOL,
+    "torch_nightly": _BOOL,
+    "env": _STR_MAP,
+    "no_plugin": _BOOL,
+    "agent_tags": _TAGS,
+    "autorun_on_main": _BOOL,
+}
+REQUIRED = ("label", "agent_pool")
+
+
+@dataclass(frozen=True)
+class SourceStep:
+    index: int
+    data: dict[str, Any]
+    where: str  # file:line:col of the step
+
+    @property
+    def label(self) -> str:
+        return self.data["label"]
+
+    @property
+    def pool(self) -> str:
+        return self.data["agent_pool"]
+
+    @property
+    def commands(self) -> list[str]:
+        if "commands" in self.data:
+            return list(self.data["commands"])
+        return [self.data["command"]] if "command" in self.data else []
+
+
+@dataclass
+class SourceFile:
+    doc: yamldoc.Document
+    steps: list[SourceStep]
+    findings: list[Finding]
+
+    @property
+    def filename(self) -> str:
+        return self.doc.filename
+
+
+def _did_you_mean(key: str) -> str:
+    close = difflib.get_close_matches(key, list(STEP_KEYS), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def check_step(doc: yamldoc.Document, index: int, step: Any) -> list[Finding]:
+    path = ("steps", index)
+    if not isinstance(step, dict):
+        return [Finding.at(doc, path, "source-schema", ERROR, f"step {index + 1} must be a mapping, got {_kind(step)}")]
+    out = []
+    for key, value in step.items():
+        spec = STEP_KEYS.get(key)
+        if spec is None:
+            out.append(
+                Finding.at(
+                    doc, (*path, key), "source-schema", ERROR, f"unknown step key '{key}'{_did_you_mean(str(key))}"
+                )
+            )
+        elif not spec[1](value):
+            out.append(
+                Finding.at(doc, (*path, key), "source-schema", ERROR, f"'{key}' must be {spec[0]}, got {_kind(value)}")
+            )
+    for key in REQUIRED:
+        if key not in step:
+            out.append(Finding.at(doc, path, "source-schema", ERROR, f"step has no '{key}'"))
+    if "commands" in step and "command" in step:
+        out.append(
+            Finding.at(doc, (*path, "command"), "source-schema", ERROR, "give 'commands' or 'command', not both")
+        )
+    elif "commands" not in step and "command" not in step:
+        out.append(Finding.at(doc, path, "source-schema", ERROR, "step has no 'commands'"))
+    for key in ("num_gpus", "timeout_in_minutes", "parallelism", "num_nodes"):
+        value = step.get(key)
+        if _INT[1](value) and value < 1:
+            out.append(
+                Finding.at(doc, (*path, key), "source-schema", ERROR, f"'{key}' must be at least 1, got {value}")
+            )
+    return out
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"string {value[:40]!r}"
+    return {dict: "a mapping", list: "a list"}.get(type(value), f"{type(value).__name__} {value!r}")
+
+
+def from_document(doc: yamldoc.Document) -> SourceFile:
+    findings = [
+        Finding.at(doc, d.path, "duplicate-key", ERROR, f"duplicate key '{d.key}' (first at line {d.first.line})")
+        for d in doc.duplicates
+    ]
+    data = doc.data
+    if isinstance(data, dict) and "steps" in data:
+        raw_steps = data["steps"]
+    else:
+        raise InputError(
+            "a step file is a mapping with a 'steps' list", where=doc.where(()), hint="start the file with 'steps:'"
+        )
+    if not isinstance(raw_steps, list):
+        raise InputError("'steps' must be a list", where=doc.where(("steps",)))
+    for extra in data:
+        if extra != "steps":
+            findings.append(Finding.at(doc, (extra,), "source-schema", ERROR, f"unknown top-level key '{extra}'"))
+    steps = []
+    for i, raw in enumerate(raw_steps):
+        problems = check_step(doc, i, raw)
+        findings.extend(problems)
+        if not problems:
+            steps.append(SourceStep(index=i, data=raw, where=doc.where(("steps", i))))
+    seen: dict[tuple[str, str], SourceStep] = {}
+    for step in steps:
+        ident = (step.pool, step.label)
+        if ident in seen:
+            findings.append(
+                Finding.at(
+                    doc,
+                    ("steps", step.index, "label"),
+                    "unique-key",
+                    ERROR,
+                    f"another step on {step.pool} has the label {step.label!r} ({seen[ident].where}); "
+                    "generated keys would clash: rename one",
+                )
+            )
+        seen[ident] = step
+    return SourceFile(doc=doc, steps=steps, findings=findings)
+
+
+def load_source(path: Path, display: str | None = None) -> SourceFile:
+    return from_document(yamldoc.load(path, display))

@@ -1,0 +1,210 @@
+"""YAML with positions: libyaml composes the node tree, we build plain data from it.
+
+Building the data ourselves lets us keep the line and column of every key and item, reject
+duplicate keys (PyYAML keeps the last one silently, as Buildkite does), and bound what YAML
+aliases may expand to, so a "billion laughs" document fails fast instead of eating memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rocmci.errors import InputError
+
+try:  # the C loader is about ten times faster; fall back where libyaml is missing
+    from yaml import CSafeLoader as _Loader
+except ImportError:  # pragma: no cover - depends on how PyYAML was built
+    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
+
+Path_ = tuple[Any, ...]  # keys and indices from the document root
+
+MAX_DEPTH = 100
+MAX_ALIAS_NODES = 100_000  # nodes reached through aliases; real step files use none
+MAX_BYTES = 16 * 2**20
+
+_STR = "tag:yaml.org,2002:str"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+_NULL = "tag:yaml.org,2002:null"
+_BOOL = "tag:yaml.org,2002:bool"
+_INT = "tag:yaml.org,2002:int"
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+@dataclass(frozen=True)
+class Pos:
+    line: int  # 1-based
+    col: int  # 1-based
+
+
+@dataclass
+class DuplicateKey:
+    path: Path_
+    key: Any
+    pos: Pos
+    first: Pos
+
+
+@dataclass
+class Document:
+    filename: str
+    data: Any
+    positions: dict[Path_, Pos] = field(default_factory=dict)
+    duplicates: list[DuplicateKey] = field(default_factory=list)
+
+    def pos(self, path: Path_) -> Pos:
+        """Position of the node at path, or of its nearest ancestor that has one."""
+        while True:
+            found = self.positions.get(path)
+            if found is not None:
+                return found
+            if not path:
+                return Pos(1, 1)
+            path = path[:-1]
+
+    def where(self, path: Path_) -> str:
+        p = self.pos(path)
+        return f"{self.filename}:{p.line}:{p.col}"
+
+
+class _Builder:
+    def __init__(self, doc: Document) -> None:
+        self.doc = doc
+        self.alias_nodes = 0
+        self._scalars = yaml.constructor.SafeConstructor()
+        self._seen: dict[int, int] = {}  # node id -> times visited; a revisit means an alias
+
+    def build(self, node: yaml.Node, path: Path_, depth: int, via_alias: bool) -> Any:
+        if depth > MAX_DEPTH:
+            raise InputError(
+                f"nested deeper than {MAX_DEPTH} levels", where=self._where(node), hint="flatten the document"
+            )
+        ident = id(node)
+        if ident in self._seen:
+            via_alias = True
+        self._seen[ident] = 1
+        if via_alias:
+            self.alias_nodes += 1
+            if self.alias_nodes > MAX_ALIAS_NODES:
+                raise InputError(
+                    f"YAML aliases expand to more than {MAX_ALIAS_NODES} nodes",
+                    where=self._where(node),
+                    hint="an alias bomb? write the values out or use fewer nested aliases",
+                )
+        if isinstance(node, yaml.ScalarNode):
+            return self.scalar(node)
+        if isinstance(node, yaml.SequenceNode):
+            out = []
+            for i, item in enumerate(node.value):
+                child = (*path, i)
+                self.doc.positions[child] = _pos(item)
+                out.append(self.build(item, child, depth + 1, via_alias))
+            return out
+        if isinstance(node, yaml.MappingNode):
+            return self.mapping(node, path, depth, via_alias)
+        raise InputError(f"unsupported YAML node {node.tag}", where=self._where(node))  # pragma: no cover
+
+    def mapping(self, node: yaml.MappingNode, path: Path_, depth: int, via_alias: bool) -> dict:
+        out: dict[Any, Any] = {}
+        key_pos: dict[Any, Pos] = {}
+        merged: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE:
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for source in sources:
+                    value = self.build(source, path, depth + 1, True)
+                    if not isinstance(value, dict):
+                        raise InputError("'<<' must merge a mapping", where=self._where(source))
+                    for k, v in value.items():
+                        merged.setdefault(k, v)
+                continue
+            key = self.build(key_node, path, depth + 1, via_alias)
+            if isinstance(key, list | dict):
+                raise InputError("a mapping key must be a scalar", where=self._where(key_node))
+            here = _pos(key_node)
+            if key in out:
+                self.doc.duplicates.append(DuplicateKey((*path, key), key, here, key_pos[key]))
+            key_pos[key] = here
+            child = (*path, key)
+            self.doc.positions[child] = here
+            out[key] = self.build(value_node, child, depth + 1, via_alias)
+        for k, v in merged.items():
+            out.setdefault(k, v)
+        return out
+
+    def scalar(self, node: yaml.ScalarNode) -> Any:
+        tag = node.tag
+        if tag == _STR:
+            return node.value
+        if tag == _NULL:
+            return None
+        if tag == _BOOL:
+            return node.value.lower() in ("true", "yes", "on", "y")
+        if tag == _INT and node.value.isdigit():
+            return int(node.value)
+        try:
+            return self._scalars.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            raise InputError(f"bad value: {getattr(exc, 'problem', exc)}", where=self._where(node)) from None
+
+    def _where(self, node: yaml.Node) -> str:
+        p = _pos(node)
+        return f"{self.doc.filename}:{p.line}:{p.col}"
+
+
+def _pos(node: yaml.Node) -> Pos:
+    mark = node.start_mark
+    return Pos(mark.line + 1, mark.column + 1)
+
+
+def parse(text: str | bytes, filename: str) -> Document:
+    """Parse one YAML document; InputError (exit 2) for anything that is not readable YAML."""
+    if isinstance(text, bytes):
+        if b"\0" in text[:8192]:
+            raise InputError("binary file, not YAML", where=filename)
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"not UTF-8 (byte {exc.start})", where=filename, hint="save the file as UTF-8") from None
+    doc = Document(filename=filename, data=None)
+    loader = _Loader(text)
+    try:
+        root = loader.get_single_node()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
+        raise InputError(f"invalid YAML: {exc.problem or exc.context}", where=where) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"invalid YAML: {exc}", where=filename) from None
+    except RecursionError:
+        raise InputError("nested too deeply to parse", where=filename) from None
+    finally:
+        loader.dispose()
+    if root is None:
+        return doc
+    doc.positions[()] = _pos(root)
+    try:
+        doc.data = _Builder(doc).build(root, (), 0, False)
+    except RecursionError:
+        raise InputError("nested too deeply", where=filename) from None
+    return doc
+
+
+def load(path: Path, display: str | None = None) -> Document:
+    name = display or str(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise InputError(f"file is {size} bytes; the limit is {MAX_BYTES}", where=name)
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError("no such file", where=name) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, not a file", where=name) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", where=name) from None
+    return parse(raw, name)
