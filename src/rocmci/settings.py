@@ -79,6 +79,18 @@ class Settings:
     def origin(self, name: str) -> str:
         return self.values[name].source
 
+    def require(self, name: str) -> Any:
+        """The value, or a usage error saying how to give it when nothing set it."""
+        value = getattr(self, name)
+        if value is None:
+            setting = BY_NAME[name]
+            raise UsageError(
+                f"setting {name!r} has no value ({self.origin(name)})",
+                hint=f"pass --{name.replace('_', '-')}, set {setting.env_var}, "
+                f"or declare ARG {setting.dockerfile_arg}=... in the Dockerfile",
+            )
+        return value
+
     def path(self, name: str) -> Path:
         return (self.workspace / os.path.expanduser(str(getattr(self, name)))).resolve()
 
@@ -186,25 +198,22 @@ def resolve(
             settings.values[setting.name] = layered(setting, Resolved(setting.default, "default"))
 
     dockerfile = settings.path("dockerfile")
+    rel = os.path.relpath(dockerfile, workspace)
     args = None
     for setting in REGISTRY:
         if setting.dockerfile_arg is None:
             continue
-        base = Resolved(None, "unset")
+        base = Resolved(None, f"unset: {rel} not found")
         overridden = setting.name in flags or setting.env_var in env or setting.name in pyproject
-        if not overridden:
+        if not overridden and dockerfile.is_file():
             if args is None:
                 from rocmci.image.dockerfile import arg_defaults
 
                 args = arg_defaults(dockerfile)
             decl = args.get(setting.dockerfile_arg)
             if decl is None:
-                raise InputError(
-                    f"ARG {setting.dockerfile_arg} has no default",
-                    where=str(dockerfile),
-                    hint=f"declare ARG {setting.dockerfile_arg}=<value> or set {setting.env_var}",
-                )
-            rel = os.path.relpath(dockerfile, workspace)
-            base = Resolved(decl.default, f"{rel}:{decl.line} (ARG {decl.name})")
+                base = Resolved(None, f"unset: no ARG {setting.dockerfile_arg}=... in {rel}")
+            else:
+                base = Resolved(decl.default, f"{rel}:{decl.line} (ARG {decl.name})")
         settings.values[setting.name] = layered(setting, base)
     return settings

@@ -78,12 +78,13 @@ def test_a_second_default_for_an_arg_is_an_error(workspace):
         settings.resolve(workspace, env={}, pyproject={})
 
 
-def test_missing_dockerfile_is_reported_with_its_path(tmp_path):
-    with pytest.raises(InputError, match="Dockerfile not found"):
-        settings.resolve(tmp_path, env={}, pyproject={})
-    # Overriding every Dockerfile-backed setting means the file is never needed.
-    flags = {s.name: "x" for s in settings.REGISTRY if s.dockerfile_arg}
-    assert settings.resolve(tmp_path, env={}, pyproject={}, flags=flags).deepep_ref == "x"
+def test_missing_dockerfile_leaves_its_settings_unset_until_needed(tmp_path):
+    s = settings.resolve(tmp_path, env={}, pyproject={})
+    assert s.arch is None and s.origin("arch") == "unset: docker/Dockerfile.rocm not found"
+    with pytest.raises(UsageError, match=r"setting 'arch' has no value.*pass --arch, set ROCMCI_ARCH"):
+        s.require("arch")
+    # Overriding a Dockerfile-backed setting means the file is never needed.
+    assert settings.resolve(tmp_path, env={"ROCMCI_ARCH": "gfx942"}, pyproject={}).require("arch") == "gfx942"
 
 
 def test_workspace_is_found_from_a_subfolder(workspace):

@@ -106,7 +106,8 @@ def step_limit(p: Pipeline, ctx: Context) -> Iterator[Finding]:
             ("steps",),
             "step-limit",
             ERROR,
-            f"{len(p.steps)} steps; Buildkite rejects an upload of more than {MAX_STEPS}: split it into several uploads",
+            f"{len(p.steps)} steps; Buildkite rejects an upload of more than {MAX_STEPS}: "
+            "split it into several uploads",
         )
 
 

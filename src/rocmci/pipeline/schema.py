@@ -95,7 +95,24 @@ def diagnose_step(step: Any, path: tuple) -> Iterator[tuple[tuple, str]]:
         best = jsonschema.exceptions.best_match([error])
         where = (*path, *best.absolute_path)
         field = ".".join(str(p) for p in best.absolute_path) or kind
-        yield where, f"{field}: {best.message}"
+        yield where, f"{field}: {_explain(best)}"
+
+
+def _explain(error) -> str:
+    """For anyOf/oneOf, say which types would do instead of "not valid under any of the given schemas"."""
+    if error.validator not in ("anyOf", "oneOf"):
+        return error.message
+    wanted: list[str] = []
+    for sub in error.context:
+        if sub.validator == "type" and not sub.relative_path:
+            for name in [sub.validator_value] if isinstance(sub.validator_value, str) else sub.validator_value:
+                if name not in wanted:
+                    wanted.append(name)
+        elif sub.validator == "enum" and not sub.relative_path:
+            wanted.append("one of " + ", ".join(map(repr, sub.validator_value)))
+    if not wanted:
+        return error.message
+    return f"{error.instance!r} is not {' or '.join(wanted)}"
 
 
 def diagnose(document: dict[str, Any]) -> Iterator[tuple[tuple, str]]:

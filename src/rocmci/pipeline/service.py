@@ -38,13 +38,21 @@ def display_name(path: Path, workspace: Path) -> str:
         return str(path)
 
 
+def packaged_inventory() -> Path:
+    """The inventory shipped in the package (the same file as this repository's .buildkite/agents.yaml)."""
+    return Path(__file__).resolve().parents[1] / "data" / "agents.yaml"
+
+
 def inputs(s: Settings, source_override: str | None = None) -> Inputs:
     src = Path(source_override).resolve() if source_override else s.path("source")
+    inventory_path = s.path("inventory")
+    if s.origin("inventory") == "default" and not inventory_path.is_file():
+        inventory_path = packaged_inventory()  # e.g. the pre-commit hook in another repository
     return Inputs(
         source_path=src,
         source_name=display_name(src, s.workspace),
-        inventory_path=s.path("inventory"),
-        archs=parse_arch_list(s.arch, what="arch list"),
+        inventory_path=inventory_path,
+        archs=parse_arch_list(s.require("arch"), what="arch list"),
     )
 
 
