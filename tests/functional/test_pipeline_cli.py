@@ -138,6 +138,7 @@ def test_ci_entrypoint_validates_and_dry_runs_without_the_agent(tmp_path):
 
 
 def test_pre_commit_hook_validates_a_step_file_in_another_repo(tmp_path):
+    import os
     import subprocess
     import sys
 
@@ -145,11 +146,14 @@ def test_pre_commit_hook_validates_a_step_file_in_another_repo(tmp_path):
     good = tmp_path / ".buildkite" / "test-amd.yaml"
     good.write_text((DATA / "source" / "valid" / "deepep.yaml").read_text())
     hook = [sys.executable, "-m", "rocmci.hook", "--arch", "gfx942,gfx950"]
-    done = subprocess.run([*hook, str(good)], cwd=tmp_path, capture_output=True, text=True, check=False)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCI_")}
+    done = subprocess.run([*hook, str(good)], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text((DATA / "source" / "invalid" / "unknown-key.yaml").read_text())
-    done = subprocess.run([*hook, str(good), str(bad)], cwd=tmp_path, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [*hook, str(good), str(bad)], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 1
     assert (
         "bad.yaml:4:3: error [source-schema] unknown step key 'agent_poll'; did you mean 'agent_pool'?" in done.stdout
