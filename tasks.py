@@ -129,5 +129,66 @@ def plan_(c, source=None, changed_files=None, diff_base=None, mirror_hw=None, ru
     )
 
 
+@task(
+    name="build",
+    help={
+        "arch": "GPU archs for rocSHMEM and DeepEP: 'gfx942;gfx950', 'gfx942,gfx950' or 'native' (only gfx942, gfx950)",
+        "deepep_ref": "DeepEP commit (default: the Dockerfile's DEEPEP_BRANCH)",
+        "rocshmem_ref": "rocm-systems commit for rocSHMEM (default: ROCSHMEM_BRANCH)",
+        "base_image": "base image (default: BASE_IMAGE)",
+        "target": "stage to build: final, rocshmem, deepep, vllm-build, vllm-source",
+        "tag": "image tag (default: <image_repo>:deepep-<ref>-<archs>)",
+        "push": "push the image after building it",
+        "force": "build even when an image with the same input hash exists",
+        "dry_run": "print the exact docker command instead of running it",
+        "vllm_src": "build vLLM from this local checkout instead of VLLM_REPO@VLLM_BRANCH",
+        "vllm_arch": "archs for vLLM itself (default: the DeepEP list; may add archs, never drop one)",
+        "network": "build network: none, host or default (setting build_network)",
+    },
+)
+def image_build(
+    c,
+    arch=None,
+    deepep_ref=None,
+    rocshmem_ref=None,
+    base_image=None,
+    target="final",
+    tag=None,
+    push=False,
+    force=False,
+    dry_run=False,
+    vllm_src=None,
+    vllm_arch=None,
+    network=None,
+):
+    """Build the ROCm image (vLLM + DeepEP + rocSHMEM) for the chosen GPU archs."""
+    call(
+        "image_build",
+        arch=arch,
+        deepep_ref=deepep_ref,
+        rocshmem_ref=rocshmem_ref,
+        base_image=base_image,
+        target=target,
+        tag=tag,
+        push=push,
+        force=force,
+        dry_run=dry_run,
+        vllm_src=vllm_src,
+        vllm_arch=vllm_arch,
+        network=network,
+    )
+
+
+@task(
+    name="inspect",
+    positional=["tag"],
+    help={"tag": "image to show (default: the configured one)", "json": "print JSON"},
+)
+def image_inspect(c, tag=None, json=False):
+    """Show an image's labels: arch list, pins, input hash, ROCm version if known."""
+    call("image_inspect", tag=tag, as_json=json)
+
+
 pipeline = Collection("pipeline", generate, validate, plan_)
-ns = Collection(settings, doctor, pipeline)
+image = Collection("image", image_build, image_inspect)
+ns = Collection(settings, doctor, pipeline, image)

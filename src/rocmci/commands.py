@@ -7,6 +7,7 @@ that `invoke --list` stays fast.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -182,4 +183,167 @@ def pipeline_plan(
     print(table(("action", "pool", "step", "why"), sorted(rows, key=lambda r: order[r[0]])))
     counts = {a: sum(r[0] == a for r in rows) for a in order}
     print(f"\n{counts['run']} run, {counts['block']} blocked, {counts['skip']} not on {s.mirror_hw}")
+    return 0
+
+
+def configured_image(s) -> str:
+    """The image workloads use: the 'image' setting, else the tag `image.build` gives the configured archs."""
+    from rocmci.image.plan import image_tag
+
+    if s.image:
+        return s.image
+    return image_tag(s.image_repo, s.require("deepep_ref"), _archs(s.require("arch")), None)
+
+
+def _vllm_revision(path: Path) -> str:
+    """Identifies a local vLLM checkout in the input hash: its commit, and whether it has local changes."""
+    import subprocess
+
+    from rocmci.errors import UsageError
+
+    if not path.is_dir():
+        raise UsageError(f"--vllm-src {path} is not a folder", hint="point it at a vLLM checkout")
+    done = subprocess.run(
+        ["git", "-C", str(path), "describe", "--always", "--dirty", "--abbrev=40"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() if done.returncode == 0 else f"untracked:{path.resolve()}"
+
+
+def image_build(
+    *,
+    arch: str | None = None,
+    deepep_ref: str | None = None,
+    rocshmem_ref: str | None = None,
+    base_image: str | None = None,
+    target: str = "final",
+    tag: str | None = None,
+    push: bool = False,
+    force: bool = False,
+    dry_run: bool = False,
+    vllm_src: str | None = None,
+    vllm_arch: str | None = None,
+    network: str | None = None,
+) -> int:
+    from rocmci import arch as archmod
+    from rocmci.engine import Engine
+    from rocmci.errors import EngineError, InputError
+    from rocmci.gpus import detect_gpus
+    from rocmci.image import plan as planmod
+
+    s = _settings(
+        arch=arch, deepep_ref=deepep_ref, rocshmem_ref=rocshmem_ref, base_image=base_image, build_network=network
+    )
+    # Arch problems must surface before anything slow: a wrong list costs hours of build otherwise.
+    text = s.require("arch")
+    host = [g.arch for g in detect_gpus()] if text.strip().lower() == archmod.NATIVE else []
+    archs = archmod.resolve_arch_list(text, host_archs=host, what="--arch")
+    archmod.require_deepep_support(archs)
+    vllm_archs = archmod.parse_arch_list(vllm_arch, what="--vllm-arch") if vllm_arch else None
+    dockerfile = s.path("dockerfile")
+    try:
+        dockerfile_text = dockerfile.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read the Dockerfile: {exc.strerror}", where=str(dockerfile)) from None
+    build_args = {
+        "BASE_IMAGE": s.require("base_image"),
+        "DEEPEP_REPO": s.require("deepep_repo"),
+        "DEEPEP_BRANCH": s.require("deepep_ref"),
+        "DEEPEP_NIC": s.require("deepep_nic"),
+        "ROCSHMEM_REPO": s.require("rocshmem_repo"),
+        "ROCSHMEM_BRANCH": s.require("rocshmem_ref"),
+        "VLLM_REPO": s.require("vllm_repo"),
+        "VLLM_BRANCH": s.require("vllm_ref"),
+    }
+    src = Path(vllm_src).resolve() if vllm_src else None
+    request = planmod.BuildRequest(
+        dockerfile=dockerfile,
+        context=dockerfile.parent,  # the git build copies nothing from the context: keep it small
+        archs=archs,
+        build_args=build_args,
+        image_repo=s.image_repo,
+        tag=tag,
+        target=target,
+        vllm_archs=vllm_archs,
+        vllm_src=src,
+        vllm_src_revision=_vllm_revision(src) if src else None,
+        network=s.build_network or None,
+        push=push,
+        force=force,
+    )
+    plan = planmod.plan_build(request, dockerfile_text)
+    engine = Engine(s.docker)
+    if dry_run:
+        try:
+            client = engine.client
+        except EngineError:
+            client = "docker"
+        commands = [plan.argv(client)] + ([plan.push_argv(client)] if push else [])
+        for n, argv in enumerate(commands):
+            prefix = "DOCKER_BUILDKIT=1 " if n == 0 else ""
+            print(prefix + " \\\n    ".join(_paired(argv)))
+        eprint(f"dry run: tag {plan.tag}, input hash {plan.input_hash}; nothing was built")
+        return 0
+    from rocmci.image.build import build
+
+    live = sys.stderr.isatty() and not os.environ.get("CI")
+    result = build(plan, engine, live=live, log=eprint)
+    if result.built:
+        eprint(f"built {result.tag} in {result.seconds:.0f}s (archs {archmod.canonical(archs)})")
+    return 0
+
+
+def _paired(argv: list[str]) -> list[str]:
+    """Shell-quoted arguments, a flag and its value on one line, for a readable but exact command."""
+    import shlex
+
+    lines: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i].startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            lines.append(f"{shlex.quote(argv[i])} {shlex.quote(argv[i + 1])}")
+            i += 2
+        else:
+            lines.append(shlex.quote(argv[i]))
+            i += 1
+    return lines
+
+
+LABEL_ROWS = (
+    ("archs (DEEPEP_ROCM_ARCH)", "rocmci.arch"),
+    ("vLLM archs", "rocmci.vllm.arch"),
+    ("DeepEP", "rocmci.deepep.repo", "rocmci.deepep.ref"),
+    ("DeepEP NIC", "rocmci.deepep.nic"),
+    ("rocSHMEM", "rocmci.rocshmem.repo", "rocmci.rocshmem.ref"),
+    ("vLLM", "rocmci.vllm.repo", "rocmci.vllm.ref"),
+    ("vLLM source", "rocmci.vllm.source"),
+    ("base image", "rocmci.base-image"),
+    ("input hash", "rocmci.input-hash"),
+)
+
+
+def image_inspect(*, tag: str | None = None, as_json: bool = False) -> int:
+    from rocmci.engine import Engine
+    from rocmci.errors import UsageError
+
+    s = _settings()
+    ref = tag or configured_image(s)
+    labels = Engine(s.docker).image_labels(ref)
+    if labels is None:
+        raise UsageError(
+            f"no image {ref} on this engine", hint="build it with `invoke image.build` or name another tag"
+        )
+    if as_json:
+        print(to_json({"image": ref, "labels": labels}))
+        return 0
+    rows = []
+    for title, *keys in LABEL_ROWS:
+        values = [labels.get(k, "") for k in keys]
+        rows.append((title, " @ ".join(v for v in values if v) or "-"))
+    rocm = next((v for k, v in sorted(labels.items()) if "rocm" in k.lower() and "version" in k.lower()), None)
+    rows.append(("ROCm version", rocm or "unknown (no label)"))
+    print(f"{ref}\n")
+    print(table(("", "value"), rows))
     return 0

@@ -160,3 +160,11 @@ def test_pre_commit_hook_validates_a_step_file_in_another_repo(tmp_path):
     )
     hooks = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
     assert hooks[0]["entry"] == "rocmci-validate"
+
+
+def test_image_build_dry_run_shows_the_exact_command():
+    done = run_invoke("image.build", "--dry-run", "--arch", "gfx950,GFX942")
+    assert done.returncode == 0, done.stderr
+    assert "--build-arg 'DEEPEP_ROCM_ARCH=gfx942;gfx950'" in done.stdout
+    assert done.stdout.startswith("DOCKER_BUILDKIT=1 ")
+    assert "nothing was built" in done.stderr

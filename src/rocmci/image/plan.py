@@ -31,7 +31,6 @@ class BuildRequest:
     network: str | None = None
     push: bool = False
     force: bool = False
-    progress: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,6 @@ class BuildPlan:
     push: bool
     force: bool
     network: str | None
-    progress: str
     labels_expected: dict[str, str] = field(default_factory=dict)
 
     def argv(self, client: str) -> list[str]:
@@ -54,8 +52,12 @@ class BuildPlan:
             argv += ["--build-arg", f"{key}={value}"]
         if self.network:
             argv += ["--network", self.network]
-        argv += ["--progress", self.progress, str(self.context)]
+        # Plain progress is parsed to name a failing step; the terminal view is drawn from it.
+        argv += ["--progress", "plain", str(self.context)]
         return argv
+
+    def push_argv(self, client: str) -> list[str]:
+        return [client, "push", self.tag]
 
 
 def image_tag(image_repo: str, deepep_ref: str, archs: tuple[str, ...], vllm_archs: tuple[str, ...] | None) -> str:
@@ -110,6 +112,5 @@ def plan_build(request: BuildRequest, dockerfile_text: str) -> BuildPlan:
         push=request.push,
         force=request.force,
         network=request.network,
-        progress=request.progress,
         labels_expected={"rocmci.arch": args["DEEPEP_ROCM_ARCH"], "rocmci.input-hash": digest},
     )
