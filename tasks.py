@@ -189,6 +189,137 @@ def image_inspect(c, tag=None, json=False):
     call("image_inspect", tag=tag, as_json=json)
 
 
+_RUN_HELP = {
+    "image": "image to run in (default: the configured one, see `invoke settings`)",
+    "gpus": "GPU indices to use, e.g. 0,1 (default: the first ones); render nodes come from KFD sysfs",
+    "timeout": "seconds before the run is stopped and its container removed (default: run_timeout)",
+    "skip_preflight": "start even if the image, archs, GPUs or /dev/kfd look wrong (experts)",
+    "no_container": "run directly on this host, e.g. in a Buildkite step already inside the image",
+    "dry_run": "print the container command instead of running it",
+    "host_root": "read /sys and /dev below this folder (for fake device trees)",
+    "env": "NAME=value for the workload (repeatable); secret-looking names are passed by name only",
+    "workdir": "working directory in the container (default /vllm-workspace)",
+    "json": "print results as JSON",
+    "extra": "extra arguments, as one quoted string",
+}
+
+
+def _run_options(gpus, timeout, skip_preflight, no_container, dry_run, host_root, env, workdir):
+    return dict(
+        gpus=gpus,
+        timeout=timeout,
+        skip_preflight=skip_preflight,
+        no_container=no_container,
+        dry_run=dry_run,
+        host_root=Path(host_root),
+        env=env,
+        workdir=workdir,
+    )
+
+
+@task(
+    name="dp-example",
+    iterable=["env"],
+    help={
+        **_RUN_HELP,
+        "model": "model to serve",
+        "tp": "tensor parallel size (-tp)",
+        "dp": "data parallel size (-dp)",
+        "max_model_len": "--max-model-len",
+        "backend": "--all2all-backend: deepep_high_throughput, deepep_low_latency, allgather_reducescatter",
+        "example": "path of the example in the image (default: detected)",
+    },
+)
+def dp_example(
+    c,
+    image=None,
+    model="Qwen/Qwen1.5-MoE-A2.7B",
+    tp=1,
+    dp=2,
+    max_model_len=2048,
+    backend="deepep_high_throughput",
+    extra=None,
+    example=None,
+    gpus=None,
+    timeout=None,
+    skip_preflight=False,
+    no_container=False,
+    dry_run=False,
+    host_root="/",
+    env=None,
+    workdir="/vllm-workspace",
+    json=False,
+):
+    """Run vLLM's DeepEP data-parallel example (Qwen1.5-MoE, -tp=1 -dp=2) in the image."""
+    call(
+        "run_dp_example",
+        image=image,
+        model=model,
+        tp=tp,
+        dp=dp,
+        max_model_len=max_model_len,
+        backend=backend,
+        extra=extra,
+        example=example,
+        as_json=json,
+        **_run_options(gpus, timeout, skip_preflight, no_container, dry_run, host_root, env, workdir),
+    )
+
+
+@task(
+    name="moe-tests",
+    iterable=["env"],
+    help={
+        **_RUN_HELP,
+        "mode": "high-throughput, low-latency or both",
+        "k": "extra pytest -k expression, and-ed with the mode's",
+        "shards": "run N shards at once on disjoint GPU sets (N x 2 GPUs)",
+    },
+)
+def moe_tests(
+    c,
+    image=None,
+    mode="both",
+    k=None,
+    extra=None,
+    shards=1,
+    gpus=None,
+    timeout=None,
+    skip_preflight=False,
+    no_container=False,
+    dry_run=False,
+    host_root="/",
+    env=None,
+    workdir="/vllm-workspace",
+    json=False,
+):
+    """Run vLLM's DeepEP MoE kernel tests in the image, with the registry's workarounds; JUnit XML to results/."""
+    call(
+        "run_moe_tests",
+        image=image,
+        mode=mode,
+        keyword=k,
+        extra=extra,
+        shards=shards,
+        as_json=json,
+        **_run_options(gpus, timeout, skip_preflight, no_container, dry_run, host_root, env, workdir),
+    )
+
+
+@task(
+    name="workarounds",
+    help={
+        "image": "check this image's ROCm (labels, /opt/rocm/.info/version) against each removal condition",
+        "strict": "exit non-zero when a workaround is stale (CI uses this)",
+        "json": "print JSON",
+    },
+)
+def workarounds_(c, image=None, strict=False, json=False):
+    """List known workarounds, where they apply, and which can be removed."""
+    call("workarounds", image=image, strict=strict, as_json=json)
+
+
 pipeline = Collection("pipeline", generate, validate, plan_)
+run = Collection("run", dp_example, moe_tests)
 image = Collection("image", image_build, image_inspect)
-ns = Collection(settings, doctor, pipeline, image)
+ns = Collection(settings, doctor, workarounds_, pipeline, image, run)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmci import settings as settingsmod
-from rocmci.report import table, to_json
+from rocmci.report import shell_lines, table, to_json
 
 
 def _settings(**flags: Any) -> settingsmod.Settings:
@@ -283,7 +283,7 @@ def image_build(
         commands = [plan.argv(client)] + ([plan.push_argv(client)] if push else [])
         for n, argv in enumerate(commands):
             prefix = "DOCKER_BUILDKIT=1 " if n == 0 else ""
-            print(prefix + " \\\n    ".join(_paired(argv)))
+            print(prefix + shell_lines(argv))
         eprint(f"dry run: tag {plan.tag}, input hash {plan.input_hash}; nothing was built")
         return 0
     from rocmci.image.build import build
@@ -293,22 +293,6 @@ def image_build(
     if result.built:
         eprint(f"built {result.tag} in {result.seconds:.0f}s (archs {archmod.canonical(archs)})")
     return 0
-
-
-def _paired(argv: list[str]) -> list[str]:
-    """Shell-quoted arguments, a flag and its value on one line, for a readable but exact command."""
-    import shlex
-
-    lines: list[str] = []
-    i = 0
-    while i < len(argv):
-        if argv[i].startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            lines.append(f"{shlex.quote(argv[i])} {shlex.quote(argv[i + 1])}")
-            i += 2
-        else:
-            lines.append(shlex.quote(argv[i]))
-            i += 1
-    return lines
 
 
 LABEL_ROWS = (
@@ -346,4 +330,157 @@ def image_inspect(*, tag: str | None = None, as_json: bool = False) -> int:
     rows.append(("ROCm version", rocm or "unknown (no label)"))
     print(f"{ref}\n")
     print(table(("", "value"), rows))
+    return 0
+
+
+def _run_options(s, **kw: Any):
+    from rocmci.runs import RunOptions, parse_env
+
+    return RunOptions(
+        image=configured_image(s),
+        results_dir=s.path("results_dir"),
+        timeout=float(kw.pop("timeout") or s.run_timeout),
+        network=s.run_network or None,
+        shm_size=s.shm_size,
+        hf_cache=s.hf_cache,
+        env=parse_env(kw.pop("env") or ()),
+        **kw,
+    )
+
+
+def _registry(s):
+    from rocmci.pipeline.service import display_name
+    from rocmci.workarounds import load_registry
+
+    path = s.path("workarounds")
+    return load_registry(path, display_name(path, s.workspace))
+
+
+def _run(workloads, opts, registry, as_json: bool, engine) -> int:
+    from rocmci import runs
+
+    prepared = runs.prepare(workloads, opts, None if opts.no_container else engine)
+    if opts.dry_run:
+        print("\n".join(runs.dry_run_lines(prepared, engine)))
+        eprint("dry run: nothing was started")
+        return 0
+    results = runs.execute(prepared, opts, engine, registry, out=eprint if as_json else print)
+    return runs.report(results, opts, as_json)
+
+
+def _probe_example(engine, opts) -> str:
+    """The DP example's path in this vLLM: it moved to examples/features/ in April 2026."""
+    from rocmci import container as ctr
+    from rocmci import workloads as wl
+
+    moved = f"{opts.workdir}/{wl.DP_EXAMPLE_MOVED}"
+    if opts.no_container:
+        return wl.DP_EXAMPLE_MOVED if Path(moved).is_file() else wl.DP_EXAMPLE
+    if engine.image_labels(opts.image) is None:
+        return wl.DP_EXAMPLE  # nothing to look into (dry run without the image): the classic path
+    return wl.DP_EXAMPLE_MOVED if ctr.file_exists(engine, opts.image, moved) else wl.DP_EXAMPLE
+
+
+def run_dp_example(
+    *,
+    image: str | None = None,
+    model: str = "Qwen/Qwen1.5-MoE-A2.7B",
+    tp: int = 1,
+    dp: int = 2,
+    max_model_len: int = 2048,
+    backend: str = "deepep_high_throughput",
+    extra: str | None = None,
+    example: str | None = None,
+    as_json: bool = False,
+    **options: Any,
+) -> int:
+    import shlex
+
+    from rocmci import workloads as wl
+    from rocmci.engine import Engine
+
+    s = _settings(image=image)
+    opts = _run_options(s, **options)
+    engine = Engine(s.docker)
+    path = example or _probe_example(engine, opts)
+    extra_args = shlex.split(extra) if extra else ()
+    workload = wl.dp_example(
+        model=model, tp=tp, dp=dp, max_model_len=max_model_len, backend=backend, extra=extra_args, example=path
+    )
+    return _run([workload], opts, _registry(s), as_json, engine)
+
+
+def run_moe_tests(
+    *,
+    image: str | None = None,
+    mode: str = "both",
+    keyword: str | None = None,
+    extra: str | None = None,
+    shards: int = 1,
+    as_json: bool = False,
+    **options: Any,
+) -> int:
+    import shlex
+
+    from rocmci import workloads as wl
+    from rocmci.engine import Engine
+
+    s = _settings(image=image)
+    opts = _run_options(s, **options)
+    results_path = str(opts.results_dir.resolve()) if opts.no_container else wl.RESULTS_MOUNT
+    workloads = wl.moe_tests(
+        modes=wl.parse_modes(mode),
+        registry=_registry(s),
+        keyword=keyword,
+        extra=shlex.split(extra) if extra else (),
+        shards=shards,
+        results_path=results_path,
+    )
+    return _run(workloads, opts, _registry(s), as_json, Engine(s.docker))
+
+
+def workarounds(*, image: str | None = None, strict: bool = False, as_json: bool = False) -> int:
+    from rocmci import workarounds as wa
+    from rocmci.errors import UsageError
+
+    s = _settings()
+    registry = _registry(s)
+    facts = None
+    if image:
+        from rocmci import container as ctr
+        from rocmci.engine import Engine
+
+        engine = Engine(s.docker)
+        labels = engine.image_labels(image)
+        if labels is None:
+            raise UsageError(f"no image {image} on this engine", hint="build it or name another tag")
+        version = labels.get(wa.ROCM_VERSION_LABEL) or ctr.read_file(engine, image, "/opt/rocm/.info/version")
+        fixes = {f.strip() for f in labels.get(wa.FIXES_LABEL, "").split(",") if f.strip()}
+        facts = wa.ImageFacts(fixes=fixes, rocm_version=version)
+    rows = []
+    stale = []
+    for w in registry:
+        reason = wa.stale_reason(w, facts)
+        if reason:
+            stale.append(w.id)
+        status = (
+            f"STALE: {reason}" if reason else ("active" if w.applied_by == "rocmci" else f"tracked ({w.applied_by})")
+        )
+        sets = ", ".join(f"{k}={v}" for k, v in w.sets.items()) or "-"
+        scope = f"{w.platform}: {', '.join(w.workloads)}" + (f" [{', '.join(w.tests)}]" if w.tests else "")
+        rows.append((w.id, status, sets, scope, ", ".join(w.refs)))
+    if as_json:
+        print(to_json([dict(zip(("id", "status", "sets", "applies_to", "refs"), r, strict=True)) for r in rows]))
+    else:
+        print(table(("id", "status", "sets", "applies to", "refs"), rows))
+        if facts is not None:
+            print(
+                f"\nimage {image}: ROCm {facts.rocm_version or 'unknown'}; declared fixes: {', '.join(sorted(facts.fixes)) or 'none'}"
+            )
+        else:
+            print("\nname an image (--image TAG) to check whether any workaround can be removed")
+    if stale and strict:
+        raise UsageError(
+            f"stale workaround(s): {', '.join(stale)}", hint="remove them from workarounds.yaml and the code they cover"
+        )
     return 0

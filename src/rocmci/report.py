@@ -20,3 +20,19 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def to_json(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True)
+
+
+def shell_lines(argv: list[str]) -> str:
+    """An exact command, shell-quoted, a flag and its value per line: readable and copy-pastable."""
+    import shlex
+
+    lines: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i].startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            lines.append(f"{shlex.quote(argv[i])} {shlex.quote(argv[i + 1])}")
+            i += 2
+        else:
+            lines.append(shlex.quote(argv[i]))
+            i += 1
+    return " \\\n    ".join(lines)

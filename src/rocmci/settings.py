@@ -51,6 +51,7 @@ REGISTRY: tuple[Setting, ...] = (
     Setting("mirror_hw", "mirror_hardwares value a step must list to be generated", default="amdproduction"),
     Setting("docker", "docker client to use ('auto' picks one that can build with BuildKit)", default="auto"),
     Setting("build_network", "network for image builds ('' for the engine default, 'none' offline)", default=""),
+    Setting("run_network", "network of workload containers (vLLM's AMD CI uses host)", default="host"),
     Setting("hf_cache", "host Hugging Face cache mounted into workload containers", default="~/.cache/huggingface"),
     Setting("shm_size", "shared memory size of workload containers", default="16g"),
     Setting("run_timeout", "seconds a workload may run before it is stopped", kind=int, default=3600),

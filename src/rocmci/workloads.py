@@ -1,0 +1,163 @@
+"""vLLM's DeepEP workloads as plans (argv, env, GPUs needed), and the preflight that guards them."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rocmci import arch as archmod
+from rocmci.errors import PreflightError, UsageError
+from rocmci.gpus import Gpu
+from rocmci.workarounds import Workaround, env_for
+
+WORKSPACE = "/vllm-workspace"
+DP_EXAMPLE = "examples/offline_inference/data_parallel.py"
+DP_EXAMPLE_MOVED = "examples/features/data_parallel/data_parallel_offline.py"  # since April 2026
+MOE_TEST_FILE = "tests/kernels/moe/test_deepep_moe.py"
+MOE_MODES = {
+    "high-throughput": "test_deep_ep_moe and not low_latency",
+    "low-latency": "test_low_latency_deep_ep_moe",
+}
+MOE_GPUS = 2  # multi_gpu_test(num_gpus=2) in vLLM's test module
+RESULTS_MOUNT = "/rocmci-results"
+BASE_PORT = 29500
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str  # shown in reports, e.g. "moe-tests high-throughput"
+    kind: str  # "dp-example" or "moe-tests": what workaround scopes name
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    gpus: int = 1
+    junit: str | None = None  # file name of the JUnit XML in the results folder
+    workarounds: tuple[str, ...] = ()
+    group: str | None = None  # shards of one run share a group and are reported as one
+
+    @property
+    def sharded(self) -> bool:
+        return "rocmci_shard" in self.argv
+
+    def command_line(self) -> str:
+        """The workload as a shell line, e.g. VLLM_LOGGING_LEVEL=DEBUG python3 examples/...; for people, not shells."""
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return (prefix + " " if prefix else "") + shlex.join(self.argv)
+
+
+def dp_example(
+    *,
+    model: str = "Qwen/Qwen1.5-MoE-A2.7B",
+    tp: int = 1,
+    dp: int = 2,
+    max_model_len: int = 2048,
+    backend: str = "deepep_high_throughput",
+    extra: Sequence[str] = (),
+    example: str = DP_EXAMPLE,
+) -> Workload:
+    for name, value in (("--tp", tp), ("--dp", dp), ("--max-model-len", max_model_len)):
+        if value < 1:
+            raise UsageError(f"{name} must be at least 1, got {value}")
+    argv = (
+        "python3",
+        example,
+        f"--model={model}",
+        f"-tp={tp}",
+        f"-dp={dp}",
+        f"--max-model-len={max_model_len}",
+        f"--all2all-backend={backend}",
+        *extra,
+    )
+    return Workload("dp-example", "dp-example", argv, {"VLLM_LOGGING_LEVEL": "DEBUG"}, gpus=tp * dp)
+
+
+def moe_tests(
+    *,
+    modes: Sequence[str],
+    registry: Sequence[Workaround],
+    keyword: str | None = None,
+    extra: Sequence[str] = (),
+    shards: int = 1,
+    results_path: str = RESULTS_MOUNT,
+) -> list[Workload]:
+    """One pytest run per mode and shard, so a workaround scoped to one mode never leaks into the other."""
+    if shards < 1:
+        raise UsageError(f"--shards must be at least 1, got {shards}")
+    out = []
+    for mode in modes:
+        if mode not in MOE_MODES:
+            raise UsageError(f"unknown mode {mode!r}", hint=f"choose {', '.join(MOE_MODES)} or both")
+        expression = MOE_MODES[mode] if not keyword else f"({MOE_MODES[mode]}) and ({keyword})"
+        env, ids = env_for(list(registry), "moe-tests", mode)
+        for index in range(shards):
+            suffix = f"-shard{index}" if shards > 1 else ""
+            junit = f"junit-moe-{mode}{suffix}.xml"
+            sharding = ("-p", "rocmci_shard", f"--rocmci-shard={index}/{shards}") if shards > 1 else ()
+            argv = (
+                "python3",
+                "-m",
+                "pytest",
+                "-v",
+                "-s",
+                MOE_TEST_FILE,
+                "-k",
+                expression,
+                *sharding,
+                f"--junitxml={results_path}/{junit}",
+                *extra,
+            )
+            name = f"moe-tests {mode}" + (f" shard {index}/{shards}" if shards > 1 else "")
+            out.append(Workload(name, "moe-tests", argv, dict(env), MOE_GPUS, junit, tuple(ids), mode))
+    return out
+
+
+def parse_modes(text: str) -> tuple[str, ...]:
+    if text == "both":
+        return tuple(MOE_MODES)
+    if text not in MOE_MODES:
+        raise UsageError(f"unknown --mode {text!r}", hint="choose high-throughput, low-latency or both")
+    return (text,)
+
+
+def choose_gpus(available: Sequence[Gpu], wanted: str | None, per_run: int, runs: int) -> list[list[Gpu]]:
+    """Disjoint GPU sets, one per run; `wanted` is a comma list of GPU indices (default: the first ones)."""
+    if wanted:
+        try:
+            indices = [int(x) for x in wanted.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--gpus {wanted!r} must be GPU indices like 0,1") from None
+        by_index = {g.index: g for g in available}
+        missing = [i for i in indices if i not in by_index]
+        if missing:
+            raise PreflightError(f"no GPU {missing[0]} on this host (found {len(available)})")
+        if len(set(indices)) != len(indices):
+            raise UsageError(f"--gpus {wanted!r} names a GPU twice")
+        pool = [by_index[i] for i in indices]
+    else:
+        pool = list(available)
+    need = per_run * runs
+    if len(pool) < need:
+        raise PreflightError(
+            f"{runs} run(s) of {per_run} GPU(s) need {need} GPUs, this host offers {len(pool)}",
+            hint="use fewer --shards or a bigger host",
+        )
+    return [pool[i * per_run : (i + 1) * per_run] for i in range(runs)]
+
+
+def check_archs(gpus: Sequence[Gpu], image_archs: str | None, image: str) -> None:
+    """The image's DeepEP must be built for every GPU the run uses."""
+    if not image_archs:
+        raise PreflightError(f"image {image} has no rocmci.arch label", hint="build it with `invoke image.build`")
+    built = set(archmod.parse_arch_list(image_archs, what="image label rocmci.arch"))
+    for gpu in gpus:
+        if gpu.arch not in built:
+            raise PreflightError(
+                f"GPU {gpu.index} is {archmod.describe(gpu.arch)} but image {image} is built for {image_archs}",
+                hint=f"build an image for it (`invoke image.build --arch native`) or pick GPUs of {image_archs}",
+            )
+
+
+def shard_env(index: int) -> dict[str, str]:
+    """Distinct rendezvous ports per shard: shards on one host share its network namespace."""
+    port = BASE_PORT + 100 * index
+    return {"MASTER_PORT": str(port), "VLLM_PORT": str(port + 10)}

@@ -1,0 +1,233 @@
+"""The DeepEP workloads on the real engine, in a stand-in image, on a fake GPU host.
+
+The fake host is a folder with KFD sysfs entries for four gfx942 GPUs and character devices
+(made with mknod) standing in for /dev/kfd and the render nodes, so the device flags really go
+through `docker run`. Nothing here runs on an AMD GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DOCKER_REQUIRED, REPO, run_invoke
+from tests.unit.test_gpus import make_node
+
+STANDIN = REPO / "tests" / "data" / "standin"
+CANARY = "hf_canary_7f3a9c2e5d"
+
+
+def _build(engine, tag: str, dockerfile: Path, *args: str) -> None:
+    done = subprocess.run(
+        [engine.client, "build", "--network", "none", "-q", "-f", str(dockerfile), "-t", tag, *args, str(STANDIN)],
+        env=engine.build_env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="session")
+def standin_image(engine, python_image):
+    tag = f"rocmci-test/standin:{uuid.uuid4().hex[:8]}"
+    _build(engine, tag, STANDIN / "Dockerfile", "--build-arg", f"BASE_IMAGE={python_image}")
+    moved = f"{tag}-moved"
+    _build(engine, moved, STANDIN / "Dockerfile.moved", "--build-arg", f"STANDIN_IMAGE={tag}")
+    yield tag
+    engine.cli("rmi", "-f", moved, tag, check=False)
+
+
+@pytest.fixture(scope="session")
+def fake_host(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("host")
+    nodes = root / "sys/class/kfd/kfd/topology/nodes"
+    make_node(nodes, 0, 0)
+    (root / "dev/dri").mkdir(parents=True)
+    try:
+        os.mknod(root / "dev/kfd", 0o666 | 0o020000, os.makedev(1, 3))
+        for i in range(4):
+            make_node(nodes, i + 1, 90402, render=128 + i)
+            os.mknod(root / f"dev/dri/renderD{128 + i}", 0o666 | 0o020000, os.makedev(1, 3))
+    except PermissionError:
+        if DOCKER_REQUIRED:
+            pytest.fail("cannot make stand-in device nodes (mknod needs root)", pytrace=False)
+        pytest.skip("cannot make stand-in device nodes (mknod needs root)")
+    return root
+
+
+@pytest.fixture
+def workdir(tmp_path) -> Path:
+    (tmp_path / "hf").mkdir()
+    return tmp_path
+
+
+def run_env(image: str, workdir: Path, mode: str = "pass", **extra: str) -> dict[str, str]:
+    return {
+        "ROCMCI_IMAGE": image,
+        "ROCMCI_RUN_NETWORK": "none",
+        "ROCMCI_RESULTS_DIR": str(workdir / "results"),
+        "ROCMCI_HF_CACHE": str(workdir / "hf"),
+        "ROCMCI_RUN_TIMEOUT": "300",
+        "STANDIN_MODE": mode,
+        **extra,
+    }
+
+
+def moe(fake_host: Path, *args: str, mode: str = "pass") -> tuple[str, ...]:
+    return ("run.moe-tests", "--host-root", str(fake_host), "--env", f"STANDIN_MODE={mode}", "--json", *args)
+
+
+def leftovers(engine) -> list[str]:
+    return engine.containers("rocmci.managed=1")
+
+
+def results_of(done) -> dict[str, dict]:
+    return {r["workload"]: r for r in json.loads(done.stdout)["results"]}
+
+
+def test_moe_tests_pass_and_the_workaround_reaches_spawned_workers(engine, standin_image, fake_host, workdir):
+    done = run_invoke(*moe(fake_host), env=run_env(standin_image, workdir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = results_of(done)
+    ht, ll = found["moe-tests high-throughput"], found["moe-tests low-latency"]
+    assert (ht["outcome"], ht["junit"]["tests"], ht["workarounds"]) == ("passed", 4, ["rocprofiler-register-teardown"])
+    assert (ll["outcome"], ll["junit"]["tests"], ll["workarounds"]) == ("passed", 4, [])
+    results = workdir / "results"
+    assert (results / "junit-moe-high-throughput.xml").is_file() and (results / "annotation.md").is_file()
+    assert ":white_check_mark: passed" in (results / "annotation.md").read_text()
+    assert leftovers(engine) == []
+
+
+def test_a_failing_case_is_named(engine, standin_image, fake_host, workdir):
+    done = run_invoke(
+        *moe(fake_host, "--mode", "high-throughput", mode="fail-one"), env=run_env(standin_image, workdir)
+    )
+    assert done.returncode == 1
+    ht = results_of(done)["moe-tests high-throughput"]
+    assert ht["outcome"] == "failed" and "test_deep_ep_moe[3]" in ht["detail"]
+    assert ht["junit"]["failures"] == 1
+
+
+def test_crash_after_passing_is_a_teardown_crash(engine, standin_image, fake_host, workdir):
+    args = moe(fake_host, "--mode", "high-throughput", mode="teardown-crash")
+    done = run_invoke(*args, env=run_env(standin_image, workdir))
+    assert done.returncode == 11, done.stdout + done.stderr
+    ht = results_of(done)["moe-tests high-throughput"]
+    assert ht["outcome"] == "crashed at teardown" and ht["exit_code"] == 139
+    assert "4 passed, then the process died by SIGSEGV" in ht["detail"]
+    assert "ROCm/rocm-systems#6942" in ht["detail"] and "rocprofiler-register-teardown was applied" in ht["detail"]
+    table = run_invoke(*args[:-5], "--env", "STANDIN_MODE=teardown-crash", env=run_env(standin_image, workdir))
+    assert "crashed at teardown" in table.stdout
+
+
+def test_nothing_collected_is_not_a_pass(engine, standin_image, fake_host, workdir):
+    done = run_invoke(*moe(fake_host, "--mode", "low-latency", mode="empty"), env=run_env(standin_image, workdir))
+    assert done.returncode == 10
+    assert results_of(done)["moe-tests low-latency"]["outcome"] == "no tests collected"
+
+
+def test_dp_example_gets_the_exact_command_and_hf_token_by_name(engine, standin_image, fake_host, workdir):
+    env = run_env(standin_image, workdir, HF_TOKEN=CANARY)
+    done = run_invoke("run.dp-example", "--host-root", str(fake_host), "--gpus", "2,3", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    argv = json.loads(done.stdout.split("standin argv: ")[1].splitlines()[0])
+    assert argv == [
+        "examples/offline_inference/data_parallel.py",
+        "--model=Qwen/Qwen1.5-MoE-A2.7B",
+        "-tp=1",
+        "-dp=2",
+        "--max-model-len=2048",
+        "--all2all-backend=deepep_high_throughput",
+    ]
+    assert "standin VLLM_LOGGING_LEVEL=DEBUG" in done.stdout
+    assert "standin devices: renderD130,renderD131" in done.stdout  # GPUs 2 and 3 only
+    assert "standin HF_TOKEN received: yes; value ***" in done.stdout
+    logs = list((workdir / "results").glob("dp-example-*.log"))
+    assert len(logs) == 1 and "DP rank 1 needs to process" in logs[0].read_text()
+    for text in (done.stdout, done.stderr, logs[0].read_text(), (workdir / "results" / "results.json").read_text()):
+        assert CANARY not in text
+    dry = run_invoke("run.dp-example", "--host-root", str(fake_host), "--dry-run", env=env)
+    assert "--env HF_TOKEN \\" in dry.stdout and CANARY not in dry.stdout + dry.stderr
+    assert f"--device {fake_host}/dev/dri/renderD128:/dev/dri/renderD128" in dry.stdout
+    assert "--init" in dry.stdout and "--group-add" in dry.stdout
+
+
+def test_dp_example_path_follows_the_image(engine, standin_image, fake_host, workdir):
+    done = run_invoke("run.dp-example", "--host-root", str(fake_host), env=run_env(f"{standin_image}-moved", workdir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert '"examples/features/data_parallel/data_parallel_offline.py"' in done.stdout
+
+
+def test_timeout_stops_and_removes_the_container(engine, standin_image, fake_host, workdir):
+    args = moe(fake_host, "--mode", "high-throughput", "--timeout", "5", mode="sleep")
+    done = run_invoke(*args, env=run_env(standin_image, workdir))
+    assert done.returncode == 13
+    assert results_of(done)["moe-tests high-throughput"]["outcome"] == "timed out"
+    assert leftovers(engine) == []
+
+
+def test_ctrl_c_removes_the_container(engine, standin_image, fake_host, workdir):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCI_")}
+    env.update(run_env(standin_image, workdir))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "--search-root",
+            str(REPO),
+            *moe(fake_host, "--mode", "high-throughput", mode="sleep"),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not leftovers(engine) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftovers(engine), "the workload container never started"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "rocmci: interrupted" in err
+    assert leftovers(engine) == []
+
+
+def test_shards_run_at_once_on_disjoint_gpus(engine, standin_image, fake_host, workdir):
+    args = moe(fake_host, "--mode", "high-throughput", "--shards", "2", mode="slow")
+    done = run_invoke(*args, env=run_env(standin_image, workdir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    merged = results_of(done)["moe-tests high-throughput (2 shards)"]
+    assert merged["outcome"] == "passed" and merged["junit"]["tests"] == 4
+    stamps = {}
+    for path in (workdir / "results" / "stamps").glob("*.txt"):
+        rows = [line.split(" ") for line in path.read_text().splitlines()]
+        times = [float(r[1]) for r in rows]
+        stamps[path.stem] = (min(times), max(times), {r[2] for r in rows}, len(rows))
+    assert sorted(stamps) == ["29500", "29600"]  # distinct rendezvous ports
+    (a_start, a_end, a_dev, a_n), (b_start, b_end, b_dev, b_n) = stamps["29500"], stamps["29600"]
+    assert a_n == b_n == 4  # two cases each, start and end stamps
+    assert a_start < b_end and b_start < a_end, "the shards did not overlap in time"
+    assert a_dev == {"renderD128,renderD129"} and b_dev == {"renderD130,renderD131"}
+
+
+def test_preflight_refuses_an_image_built_for_other_archs(engine, standin_image, tmp_path, workdir):
+    root = tmp_path / "mi250"
+    make_node(root / "sys/class/kfd/kfd/topology/nodes", 1, 90010, render=128)
+    make_node(root / "sys/class/kfd/kfd/topology/nodes", 2, 90010, render=129)
+    (root / "dev").mkdir()
+    (root / "dev/kfd").write_text("")
+    done = run_invoke("run.moe-tests", "--host-root", str(root), env=run_env(standin_image, workdir))
+    assert done.returncode == 5
+    assert "gfx90a (MI210/MI250/MI250X)" in done.stderr and "gfx942;gfx950" in done.stderr
+    assert leftovers(engine) == []
