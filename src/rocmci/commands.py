@@ -441,7 +441,7 @@ def run_moe_tests(
 
 def workarounds(*, image: str | None = None, strict: bool = False, as_json: bool = False) -> int:
     from rocmci import workarounds as wa
-    from rocmci.errors import UsageError
+    from rocmci.errors import FindingsError, UsageError
 
     s = _settings()
     registry = _registry(s)
@@ -474,13 +474,12 @@ def workarounds(*, image: str | None = None, strict: bool = False, as_json: bool
     else:
         print(table(("id", "status", "sets", "applies to", "refs"), rows))
         if facts is not None:
-            print(
-                f"\nimage {image}: ROCm {facts.rocm_version or 'unknown'}; declared fixes: {', '.join(sorted(facts.fixes)) or 'none'}"
-            )
+            fixes = ", ".join(sorted(facts.fixes)) or "none"
+            print(f"\nimage {image}: ROCm {facts.rocm_version or 'unknown'}; declared fixes: {fixes}")
         else:
             print("\nname an image (--image TAG) to check whether any workaround can be removed")
     if stale and strict:
-        raise UsageError(
+        raise FindingsError(
             f"stale workaround(s): {', '.join(stale)}", hint="remove them from workarounds.yaml and the code they cover"
         )
     return 0

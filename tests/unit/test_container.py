@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rocmci import container as ctr
+from rocmci.errors import PreflightError
+from rocmci.gpus import Gpu
+
+
+def test_run_argv_is_exact_and_secrets_go_by_name():
+    spec = ctr.ContainerSpec(
+        image="img:1",
+        argv=("python3", "x.py", "--a=1"),
+        workdir="/vllm-workspace",
+        env={"VLLM_LOGGING_LEVEL": "DEBUG"},
+        pass_env=("HF_TOKEN",),
+        devices=(("/dev/kfd", "/dev/kfd"), ("/h/dev/dri/renderD128", "/dev/dri/renderD128")),
+        group_add=("44",),
+        mounts=(ctr.Mount("/cache", "/root/.cache/huggingface"), ctr.Mount("/p", "/q", readonly=True)),
+        network="host",
+        labels={"rocmci.workload": "dp-example"},
+        name="rocmci-x",
+    )
+    assert ctr.run_argv(spec, "docker") == [
+        "docker", "run", "--rm", "--init", "--name", "rocmci-x",
+        "--label", "rocmci.managed=1", "--label", "rocmci.workload=dp-example",
+        "--network", "host",
+        "--device", "/dev/kfd", "--device", "/h/dev/dri/renderD128:/dev/dri/renderD128",
+        "--group-add", "44", "--security-opt", "seccomp=unconfined", "--shm-size", "16g",
+        "--volume", "/cache:/root/.cache/huggingface", "--volume", "/p:/q:ro",
+        "--env", "VLLM_LOGGING_LEVEL=DEBUG", "--env", "HF_TOKEN",
+        "--workdir", "/vllm-workspace", "img:1", "python3", "x.py", "--a=1",
+    ]  # fmt: skip
+
+
+def test_device_flags_map_exact_render_nodes():
+    gpus = [Gpu(2, 3, "gfx942", 130), Gpu(3, 4, "gfx942", 131)]
+    assert ctr.device_flags(gpus, Path("/fake")) == (
+        ("/fake/dev/kfd", "/dev/kfd"),
+        ("/fake/dev/dri/renderD130", "/dev/dri/renderD130"),
+        ("/fake/dev/dri/renderD131", "/dev/dri/renderD131"),
+    )
+    assert ctr.device_flags([], Path("/")) == (("/dev/kfd", "/dev/kfd"), ("/dev/dri", "/dev/dri"))
+    with pytest.raises(PreflightError, match="no render node"):
+        ctr.device_flags([Gpu(0, 1, "gfx942", None)])
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [("HF_TOKEN", True), ("GITHUB_TOKEN", True), ("AWS_SECRET_ACCESS_KEY", True), ("DB_PASSWORD", True),
+     ("API_KEY", True), ("VLLM_LOGGING_LEVEL", False), ("KEYBOARD", False), ("HF_HOME", False)],
+)  # fmt: skip
+def test_secret_names(name, secret):
+    assert ctr.is_secret(name) is secret
