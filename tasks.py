@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
 from invoke import Collection, Exit, task
 
-sys.path.insert(0, str(Path(__file__).parent / "src"))  # usable from a checkout without installing
+if importlib.util.find_spec("rocmci") is None:
+    sys.path.insert(0, str(Path(__file__).parent / "src"))  # usable from a checkout without installing
 
 
 def call(name: str, **kwargs):

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 from rocmci.errors import EngineError
 
@@ -21,6 +23,12 @@ START_HINT = "start it (as root: dockerd --bridge=none --iptables=false &, or sy
 # Debian's docker.io installs its client here; it builds with BuildKit without the buildx plugin.
 DEBIAN_CLIENT = "/usr/bin/docker"
 LABEL_KEY = "rocmci.managed"
+CLI_PLUGIN_DIRS = (
+    "/usr/local/lib/docker/cli-plugins",
+    "/usr/local/libexec/docker/cli-plugins",
+    "/usr/lib/docker/cli-plugins",
+    "/usr/libexec/docker/cli-plugins",
+)
 
 
 @dataclass(frozen=True)
@@ -43,13 +51,15 @@ def _run(argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: flo
 
 
 def _client_major(client: str) -> int | None:
-    done = _run([client, "version", "--format", "{{.Client.Version}}"], timeout=20)
-    head = done.stdout.strip().split(".")[0]
-    return int(head) if head.isdigit() else None
+    """Major version from `docker --version`, which, unlike `docker version`, does not ask the engine."""
+    m = re.search(r"version (\d+)\.", _run([client, "--version"], timeout=20).stdout)
+    return int(m.group(1)) if m else None
 
 
 def _has_buildx(client: str) -> bool:
-    return _run([client, "buildx", "version"], timeout=20).returncode == 0
+    """Whether the buildx plugin is installed where the docker CLI looks for plugins (no process needed)."""
+    folders = [Path.home() / ".docker" / "cli-plugins", *map(Path, CLI_PLUGIN_DIRS)]
+    return any((folder / "docker-buildx").exists() for folder in folders)
 
 
 def pick_client(setting: str = "auto") -> str:

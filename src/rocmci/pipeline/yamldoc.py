@@ -7,6 +7,7 @@ aliases may expand to, so a "billion laughs" document fails fast instead of eati
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,30 @@ import yaml
 
 from rocmci.errors import InputError
 
-try:  # the C loader is about ten times faster; fall back where libyaml is missing
-    from yaml import CSafeLoader as _Loader
+try:  # the C parser is about ten times faster; fall back where libyaml is missing
+    from yaml import CSafeLoader as _Base
 except ImportError:  # pragma: no cover - depends on how PyYAML was built
-    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
+    from yaml import SafeLoader as _Base  # type: ignore[assignment]
+
+
+class _Loader(_Base):
+    """The safe loader with a memo in front of the implicit-tag resolver.
+
+    libyaml composes in C but asks the Python resolver about every scalar; step files repeat the
+    same keys and values thousands of times, so remembering answers saves most of that work.
+    """
+
+    _memo: dict = {}
+
+    def resolve(self, kind, value, implicit):
+        key = (kind, value, implicit)
+        tag = self._memo.get(key)
+        if tag is None:
+            tag = super().resolve(kind, value, implicit)
+            if len(self._memo) < 50_000:
+                self._memo[key] = tag
+        return tag
+
 
 Path_ = tuple[Any, ...]  # keys and indices from the document root
 
@@ -53,7 +74,8 @@ class DuplicateKey:
 class Document:
     filename: str
     data: Any
-    positions: dict[Path_, Pos] = field(default_factory=dict)
+    # path -> the YAML node (or key node) there; turned into a Pos only when a finding needs one
+    positions: dict[Path_, yaml.Node] = field(default_factory=dict)
     duplicates: list[DuplicateKey] = field(default_factory=list)
 
     def pos(self, path: Path_) -> Pos:
@@ -61,7 +83,7 @@ class Document:
         while True:
             found = self.positions.get(path)
             if found is not None:
-                return found
+                return _pos(found)
             if not path:
                 return Pos(1, 1)
             path = path[:-1]
@@ -76,41 +98,50 @@ class _Builder:
         self.doc = doc
         self.alias_nodes = 0
         self._scalars = yaml.constructor.SafeConstructor()
-        self._seen: dict[int, int] = {}  # node id -> times visited; a revisit means an alias
+        self._seen: set[int] = set()  # ids of collections built so far
 
     def build(self, node: yaml.Node, path: Path_, depth: int, via_alias: bool) -> Any:
+        cls = node.__class__
+        if cls is yaml.ScalarNode:  # most nodes: keep this path short
+            if via_alias:
+                self._count_alias(node)
+            return node.value if node.tag == _STR else self.scalar(node)
         if depth > MAX_DEPTH:
             raise InputError(
                 f"nested deeper than {MAX_DEPTH} levels", where=self._where(node), hint="flatten the document"
             )
+        # A collection met twice is reached through an alias; only collections can multiply a document.
         ident = id(node)
         if ident in self._seen:
             via_alias = True
-        self._seen[ident] = 1
+        else:
+            self._seen.add(ident)
         if via_alias:
-            self.alias_nodes += 1
-            if self.alias_nodes > MAX_ALIAS_NODES:
-                raise InputError(
-                    f"YAML aliases expand to more than {MAX_ALIAS_NODES} nodes",
-                    where=self._where(node),
-                    hint="an alias bomb? write the values out or use fewer nested aliases",
-                )
-        if isinstance(node, yaml.ScalarNode):
-            return self.scalar(node)
-        if isinstance(node, yaml.SequenceNode):
+            self._count_alias(node)
+        if cls is yaml.SequenceNode:
             out = []
+            positions = self.doc.positions
             for i, item in enumerate(node.value):
                 child = (*path, i)
-                self.doc.positions[child] = _pos(item)
+                positions[child] = item
                 out.append(self.build(item, child, depth + 1, via_alias))
             return out
-        if isinstance(node, yaml.MappingNode):
+        if cls is yaml.MappingNode:
             return self.mapping(node, path, depth, via_alias)
         raise InputError(f"unsupported YAML node {node.tag}", where=self._where(node))  # pragma: no cover
 
+    def _count_alias(self, node: yaml.Node) -> None:
+        self.alias_nodes += 1
+        if self.alias_nodes > MAX_ALIAS_NODES:
+            raise InputError(
+                f"YAML aliases expand to more than {MAX_ALIAS_NODES} nodes",
+                where=self._where(node),
+                hint="an alias bomb? write the values out or use fewer nested aliases",
+            )
+
     def mapping(self, node: yaml.MappingNode, path: Path_, depth: int, via_alias: bool) -> dict:
         out: dict[Any, Any] = {}
-        key_pos: dict[Any, Pos] = {}
+        key_pos: dict[Any, yaml.Node] = {}
         merged: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE:
@@ -125,12 +156,11 @@ class _Builder:
             key = self.build(key_node, path, depth + 1, via_alias)
             if isinstance(key, list | dict):
                 raise InputError("a mapping key must be a scalar", where=self._where(key_node))
-            here = _pos(key_node)
             if key in out:
-                self.doc.duplicates.append(DuplicateKey((*path, key), key, here, key_pos[key]))
-            key_pos[key] = here
+                self.doc.duplicates.append(DuplicateKey((*path, key), key, _pos(key_node), _pos(key_pos[key])))
+            key_pos[key] = key_node
             child = (*path, key)
-            self.doc.positions[child] = here
+            self.doc.positions[child] = key_node
             out[key] = self.build(value_node, child, depth + 1, via_alias)
         for k, v in merged.items():
             out.setdefault(k, v)
@@ -171,6 +201,17 @@ def parse(text: str | bytes, filename: str) -> Document:
         except UnicodeDecodeError as exc:
             raise InputError(f"not UTF-8 (byte {exc.start})", where=filename, hint="save the file as UTF-8") from None
     doc = Document(filename=filename, data=None)
+    # Composing allocates many small objects that form no cycles; collecting during it only costs.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse(text, filename, doc)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _parse(text: str, filename: str, doc: Document) -> Document:
     loader = _Loader(text)
     try:
         root = loader.get_single_node()
@@ -186,7 +227,7 @@ def parse(text: str | bytes, filename: str) -> Document:
         loader.dispose()
     if root is None:
         return doc
-    doc.positions[()] = _pos(root)
+    doc.positions[()] = root
     try:
         doc.data = _Builder(doc).build(root, (), 0, False)
     except RecursionError:

@@ -7,7 +7,8 @@ import time
 import pytest
 
 MODE = os.environ.get("STANDIN_MODE", "pass")
-CASES = [1, 2, 3, 4]
+CASES = list(range(1, int(os.environ.get("STANDIN_CASES", "4")) + 1))
+SLOW_SECONDS = float(os.environ.get("STANDIN_SLOW_SECONDS", "1.5"))
 
 
 def _worker_env(queue):
@@ -39,7 +40,7 @@ def test_deep_ep_moe(case):
     if MODE == "sleep":
         time.sleep(600)
     if MODE == "slow":
-        time.sleep(1.5)
+        time.sleep(SLOW_SECONDS)
     assert env_in_spawned_worker() == "0", "ROCPROFILER_REGISTER_ENABLED=0 did not reach the spawned worker"
     if MODE == "fail-one" and case == 3:
         pytest.fail("stand-in failure in case 3")
