@@ -1,4 +1,8 @@
-"""Everyday commands: `invoke --list`. Each task parses its flags and calls rocmci once."""
+"""Everyday commands: `invoke --list`. Each task parses its flags and calls rocmci once.
+
+Numeric flags are declared as strings: invoke would print a traceback for `--tp abc`, while rocmci
+converts them itself and answers with one line and exit 2.
+"""
 
 from __future__ import annotations
 
@@ -236,9 +240,9 @@ def dp_example(
     c,
     image=None,
     model="Qwen/Qwen1.5-MoE-A2.7B",
-    tp=1,
-    dp=2,
-    max_model_len=2048,
+    tp="1",
+    dp="2",
+    max_model_len="2048",
     backend="deepep_high_throughput",
     extra=None,
     example=None,
@@ -284,7 +288,7 @@ def moe_tests(
     mode="both",
     k=None,
     extra=None,
-    shards=1,
+    shards="1",
     gpus=None,
     timeout=None,
     skip_preflight=False,
@@ -322,6 +326,22 @@ def workarounds_(c, image=None, strict=False, json=False):
 
 
 pipeline = Collection("pipeline", generate, validate, plan_)
-run = Collection("run", dp_example, moe_tests)
+
+
+@task(
+    name="outcome",
+    help={
+        "junit": "JUnit XML written by the run",
+        "exit_code": "the run's exit status (139 = died by SIGSEGV)",
+        "workload": "moe-tests or dp-example: which workarounds to name for a teardown crash",
+        "json": "print JSON",
+    },
+)
+def outcome(c, junit, exit_code, workload="moe-tests", json=False):
+    """Name the outcome of a run from its JUnit XML and exit status (passed, failed, crashed at teardown, ...)."""
+    call("run_outcome", junit=junit, exit_code=exit_code, workload=workload, as_json=json)
+
+
+run = Collection("run", dp_example, moe_tests, outcome)
 image = Collection("image", image_build, image_inspect)
 ns = Collection(settings, doctor, workarounds_, pipeline, image, run)

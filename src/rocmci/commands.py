@@ -30,6 +30,19 @@ def _no_gc():
             gc.enable()
 
 
+def _int(flag: str, value: Any, *, minimum: int | None = None) -> int:
+    """A numeric flag given as text; one clear line when it is not a number."""
+    from rocmci.errors import UsageError
+
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise UsageError(f"{flag} must be a whole number, got {value!r}") from None
+    if minimum is not None and number < minimum:
+        raise UsageError(f"{flag} must be at least {minimum}, got {number}")
+    return number
+
+
 def _settings(**flags: Any) -> settingsmod.Settings:
     return settingsmod.resolve(flags=flags)
 
@@ -355,13 +368,28 @@ def _run_options(s, **kw: Any):
     return RunOptions(
         image=configured_image(s),
         results_dir=s.path("results_dir"),
-        timeout=float(kw.pop("timeout") or s.run_timeout),
+        timeout=float(_int("--timeout", kw.pop("timeout") or s.run_timeout, minimum=1)),
         network=s.run_network or None,
         shm_size=s.shm_size,
+        memory=s.run_memory or None,
         hf_cache=s.hf_cache,
         env=parse_env(kw.pop("env") or ()),
         **kw,
     )
+
+
+def _split(flag: str, text: str | None) -> tuple[str, ...]:
+    """Extra arguments as one quoted string, split like a shell would but never run by one."""
+    import shlex
+
+    from rocmci.errors import UsageError
+
+    if not text:
+        return ()
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise UsageError(f"{flag} {text!r}: {exc}", hint="balance the quotes") from None
 
 
 def _registry(s):
@@ -401,27 +429,27 @@ def run_dp_example(
     *,
     image: str | None = None,
     model: str = "Qwen/Qwen1.5-MoE-A2.7B",
-    tp: int = 1,
-    dp: int = 2,
-    max_model_len: int = 2048,
+    tp: int | str = 1,
+    dp: int | str = 2,
+    max_model_len: int | str = 2048,
     backend: str = "deepep_high_throughput",
     extra: str | None = None,
     example: str | None = None,
     as_json: bool = False,
     **options: Any,
 ) -> int:
-    import shlex
-
     from rocmci import workloads as wl
     from rocmci.engine import Engine
 
     s = _settings(image=image)
     opts = _run_options(s, **options)
     engine = Engine(s.docker)
+    sizes = {"tp": _int("--tp", tp, minimum=1), "dp": _int("--dp", dp, minimum=1)}
+    length = _int("--max-model-len", max_model_len, minimum=1)
+    extra_args = _split("--extra", extra)
     path = example or _probe_example(engine, opts)
-    extra_args = shlex.split(extra) if extra else ()
     workload = wl.dp_example(
-        model=model, tp=tp, dp=dp, max_model_len=max_model_len, backend=backend, extra=extra_args, example=path
+        model=model, max_model_len=length, backend=backend, extra=extra_args, example=path, **sizes
     )
     return _run([workload], opts, _registry(s), as_json, engine)
 
@@ -432,12 +460,10 @@ def run_moe_tests(
     mode: str = "both",
     keyword: str | None = None,
     extra: str | None = None,
-    shards: int = 1,
+    shards: int | str = 1,
     as_json: bool = False,
     **options: Any,
 ) -> int:
-    import shlex
-
     from rocmci import workloads as wl
     from rocmci.engine import Engine
 
@@ -448,8 +474,8 @@ def run_moe_tests(
         modes=wl.parse_modes(mode),
         registry=_registry(s),
         keyword=keyword,
-        extra=shlex.split(extra) if extra else (),
-        shards=shards,
+        extra=_split("--extra", extra),
+        shards=_int("--shards", shards, minimum=1),
         results_path=results_path,
     )
     return _run(workloads, opts, _registry(s), as_json, Engine(s.docker))
@@ -499,3 +525,21 @@ def workarounds(*, image: str | None = None, strict: bool = False, as_json: bool
             f"stale workaround(s): {', '.join(stale)}", hint="remove them from workarounds.yaml and the code they cover"
         )
     return 0
+
+
+def run_outcome(*, junit: str, exit_code: int | str, workload: str = "moe-tests", as_json: bool = False) -> int:
+    """Classify a run that happened elsewhere (e.g. pytest in a Buildkite step) from its JUnit XML and exit."""
+    from rocmci import results as res
+
+    code = _int("--exit-code", exit_code)
+    summary = res.parse_junit(Path(junit))
+    related = [w for w in _registry(_settings()) if workload in w.workloads and w.applied_by == "rocmci"]
+    hint = ""
+    if related:
+        w = related[0]
+        sets = ", ".join(f"{k}={v}" for k, v in w.sets.items())
+        hint = f"likely the ROCm runtime teardown crash ({', '.join(w.refs)}); workaround {w.id} sets {sets}"
+    outcome, detail = res.classify(code, summary, teardown_hint=hint)
+    result = res.Result(workload, outcome, code, 0.0, detail, summary)
+    print(res.render_json([result]) if as_json else res.render_table([result]))
+    return res.EXIT_CODES[outcome]

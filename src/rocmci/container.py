@@ -49,6 +49,7 @@ class ContainerSpec:
     group_add: tuple[str, ...] = ()
     mounts: tuple[Mount, ...] = ()
     shm_size: str = "16g"
+    memory: str | None = None  # --memory limit, e.g. "64g"; None: no limit
     network: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     name: str = ""
@@ -83,7 +84,8 @@ def host_gids(names: Sequence[str] = ("render", "video")) -> tuple[str, ...]:
 
 
 def run_argv(spec: ContainerSpec, client: str) -> list[str]:
-    argv = [client, "run", "--rm", "--init", "--name", spec.name]
+    # No --rm: the container is inspected (OOM kill?) and then removed by us, whatever happened.
+    argv = [client, "run", "--init", "--name", spec.name]
     for key, value in sorted({LABEL_KEY: "1", **spec.labels}.items()):
         argv += ["--label", f"{key}={value}"]
     if spec.network:
@@ -95,6 +97,8 @@ def run_argv(spec: ContainerSpec, client: str) -> list[str]:
     if spec.devices:
         argv += ["--security-opt", "seccomp=unconfined"]
     argv += ["--shm-size", spec.shm_size]
+    if spec.memory:
+        argv += ["--memory", spec.memory]
     for mount in spec.mounts:
         argv += ["--volume", f"{mount.host}:{mount.container}{':ro' if mount.readonly else ''}"]
     for key, value in spec.env.items():
@@ -112,6 +116,7 @@ class RunResult:
     seconds: float
     started: float
     infra_error: str | None = None
+    oom_killed: bool = False
 
 
 def _pump(stream, on_line: Callable[[str], None]) -> None:
@@ -156,8 +161,11 @@ def run_container(
         raise EngineError(f"docker client {engine.client!r} not found") from None
     reader = threading.Thread(target=_pump, args=(proc.stdout, on_line), daemon=True)
     reader.start()
+    oom = False
     try:
         timed_out = _wait(proc, reader, timeout, lambda: remove(engine, spec.name))
+        if not timed_out:
+            oom = _oom_killed(engine, spec.name)
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -166,7 +174,15 @@ def run_container(
     infra = None
     if code == 125 and not timed_out:
         infra = "docker could not start the container (exit 125)"
-    return RunResult(code, timed_out, time.monotonic() - t0, started, infra)
+    return RunResult(code, timed_out, time.monotonic() - t0, started, infra, oom)
+
+
+def _oom_killed(engine: Engine, name: str) -> bool:
+    try:
+        done = engine.cli("inspect", "--format", "{{.State.OOMKilled}}", name, check=False, timeout=30)
+    except EngineError:
+        return False
+    return done.stdout.strip() == "true"
 
 
 def remove(engine: Engine, name: str) -> None:

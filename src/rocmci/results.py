@@ -131,9 +131,12 @@ def classify(
     timed_out: bool = False,
     infra_error: str | None = None,
     teardown_hint: str = "",
+    oom_killed: bool = False,
 ) -> tuple[Outcome, str]:
     if timed_out:
         return Outcome.TIMED_OUT, "stopped at the timeout; the container was removed"
+    if oom_killed:
+        return Outcome.CRASHED, f"killed by the kernel's OOM killer (exit {exit_code}): raise the memory limit"
     if infra_error:
         return Outcome.INFRA, infra_error
     if exit_code in (125, 126, 127):

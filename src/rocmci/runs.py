@@ -38,6 +38,7 @@ class RunOptions:
     dry_run: bool = False
     network: str | None = "host"
     shm_size: str = "16g"
+    memory: str | None = None
     hf_cache: str = "~/.cache/huggingface"
     workdir: str = WORKSPACE
     env: dict[str, str] = field(default_factory=dict)  # --env overrides, secrets included
@@ -157,6 +158,7 @@ def spec_for(workload: Workload, gpus: list[Gpu], opts: RunOptions, slot: int) -
         group_add=ctr.host_gids(),
         mounts=mounts,
         shm_size=opts.shm_size,
+        memory=opts.memory,
         network=opts.network,
         labels={"rocmci.workload": workload.kind},
         name=ctr.container_name(workload.kind),

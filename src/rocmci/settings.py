@@ -54,6 +54,7 @@ REGISTRY: tuple[Setting, ...] = (
     Setting("run_network", "network of workload containers (vLLM's AMD CI uses host)", default="host"),
     Setting("hf_cache", "host Hugging Face cache mounted into workload containers", default="~/.cache/huggingface"),
     Setting("shm_size", "shared memory size of workload containers", default="16g"),
+    Setting("run_memory", "memory limit of workload containers, e.g. 256g ('' for none)", default=""),
     Setting("run_timeout", "seconds a workload may run before it is stopped", kind=int, default=3600),
     Setting("results_dir", "where logs, JUnit XML and reports are written", default="results"),
 )

@@ -24,7 +24,7 @@ def test_run_argv_is_exact_and_secrets_go_by_name():
         name="rocmci-x",
     )
     assert ctr.run_argv(spec, "docker") == [
-        "docker", "run", "--rm", "--init", "--name", "rocmci-x",
+        "docker", "run", "--init", "--name", "rocmci-x",
         "--label", "rocmci.managed=1", "--label", "rocmci.workload=dp-example",
         "--network", "host",
         "--device", "/dev/kfd", "--device", "/h/dev/dri/renderD128:/dev/dri/renderD128",
