@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import grp
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -23,12 +22,7 @@ from rocmci.engine import LABEL_KEY, Completed, Engine
 from rocmci.errors import EngineError, PreflightError
 from rocmci.gpus import Gpu
 
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)|_KEY$|^KEY$", re.I)
 HF_HOME = "/root/.cache/huggingface"
-
-
-def is_secret(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
 
 
 @dataclass(frozen=True)

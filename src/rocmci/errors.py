@@ -19,7 +19,8 @@ class RocmciError(Exception):
 
     def one_line(self) -> str:
         text = self.message.rstrip(".")
-        return f"{text}. {self.hint}" if self.hint else text
+        line = f"{text}. {self.hint}" if self.hint else text
+        return " ".join(line.split())  # one line, whatever a library put into the message
 
 
 class FindingsError(RocmciError):

@@ -17,6 +17,7 @@ from rocmci.engine import Engine
 from rocmci.errors import InputError, PreflightError, UsageError
 from rocmci.files import write_atomic
 from rocmci.gpus import Gpu, detect_gpus
+from rocmci.secrets import Redactor, is_secret
 from rocmci.workarounds import Workaround
 from rocmci.workloads import RESULTS_MOUNT, WORKSPACE, Workload, check_archs, choose_gpus, shard_env
 
@@ -52,18 +53,6 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
             raise UsageError(f"--env {pair.split('=')[0]!r} must be NAME=value")
         out[m.group(1)] = m.group(2)
     return out
-
-
-class Redactor:
-    """Replaces the values of secret-looking environment variables in anything we print or log."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.values = sorted({v for k, v in env.items() if ctr.is_secret(k) and len(v) >= 4}, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for value in self.values:
-            text = text.replace(value, "***")
-        return text
 
 
 @dataclass(frozen=True)
@@ -138,8 +127,8 @@ def spec_for(workload: Workload, gpus: list[Gpu], opts: RunOptions, slot: int) -
     if workload.sharded:
         env.update(shard_env(slot))
     env["HF_HOME"] = ctr.HF_HOME
-    env.update({k: v for k, v in opts.env.items() if not ctr.is_secret(k)})
-    pass_env = ("HF_TOKEN", *sorted(k for k in opts.env if ctr.is_secret(k) and k != "HF_TOKEN"))
+    env.update({k: v for k, v in opts.env.items() if not is_secret(k)})
+    pass_env = ("HF_TOKEN", *sorted(k for k in opts.env if is_secret(k) and k != "HF_TOKEN"))
     results = opts.results_dir.resolve()
     mounts = (
         ctr.Mount(str(Path(os.path.expanduser(opts.hf_cache)).resolve()), ctr.HF_HOME),
@@ -180,7 +169,7 @@ def prepare(workloads: Sequence[Workload], opts: RunOptions, engine: Engine | No
 
 def _client_env(opts: RunOptions) -> dict[str, str]:
     """The docker client's environment: secrets given with --env reach containers by name from here."""
-    return {**os.environ, **{k: v for k, v in opts.env.items() if ctr.is_secret(k)}}
+    return {**os.environ, **{k: v for k, v in opts.env.items() if is_secret(k)}}
 
 
 def execute(

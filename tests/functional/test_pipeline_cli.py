@@ -15,7 +15,7 @@ TEST_INVENTORY = {"ROCMCI_INVENTORY": str(DATA / "agents.yaml")}
 
 def test_workspace_pipeline_generates_and_validates_clean():
     done = run_invoke("pipeline.validate")
-    assert (done.returncode, done.stdout.strip()) == (0, "0 error(s), 0 warning(s) in 5 steps"), done.stderr
+    assert (done.returncode, done.stdout.strip()) == (0, "0 error(s), 0 warning(s) in 5 generated steps"), done.stderr
 
 
 def test_generate_is_byte_identical_and_matches_stdout(tmp_path):
@@ -97,7 +97,7 @@ def test_plan_shows_what_runs_and_why(tmp_path):
 def test_real_vllm_files_generate_and_validate(vllm_fixtures: Path, tmp_path):
     current = vllm_fixtures / "test-amd.yaml"
     done = run_invoke("pipeline.validate", "--source", str(current))
-    assert done.returncode == 0 and done.stdout.strip().endswith("in 324 steps"), done.stdout
+    assert done.returncode == 0 and done.stdout.strip().endswith("in 324 generated steps"), done.stdout
     out = tmp_path / "vllm.yaml"
     assert run_invoke("pipeline.generate", "--source", str(current), "--out", str(out)).returncode == 0
     assert run_invoke("pipeline.validate", "--pipeline", str(out)).returncode == 0

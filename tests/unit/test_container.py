@@ -7,6 +7,7 @@ import pytest
 from rocmci import container as ctr
 from rocmci.errors import PreflightError
 from rocmci.gpus import Gpu
+from rocmci.secrets import is_secret
 
 
 def test_run_argv_is_exact_and_secrets_go_by_name():
@@ -53,4 +54,4 @@ def test_device_flags_map_exact_render_nodes():
      ("API_KEY", True), ("VLLM_LOGGING_LEVEL", False), ("KEYBOARD", False), ("HF_HOME", False)],
 )  # fmt: skip
 def test_secret_names(name, secret):
-    assert ctr.is_secret(name) is secret
+    assert is_secret(name) is secret

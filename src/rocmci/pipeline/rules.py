@@ -15,6 +15,7 @@ from rocmci import arch as archmod
 from rocmci.pipeline.findings import ERROR, WARNING, Finding
 from rocmci.pipeline.inventory import Inventory, Pool
 from rocmci.pipeline.model import Pipeline, StepRef
+from rocmci.secrets import is_secret
 
 MAX_STEPS = 500  # Buildkite rejects an upload with more
 MAX_TIMEOUT = 180
@@ -51,6 +52,10 @@ _DP = re.compile(r"(?:^|\s)(?:-dp|--data-parallel-size)(?:=|\s+)(\d+)")
 class Context:
     inventory: Inventory
     archs: tuple[str, ...]  # what the image's DeepEP is built for
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _commands(step: StepRef) -> list[tuple[tuple, str]]:
@@ -123,7 +128,7 @@ def unique_keys(p: Pipeline, ctx: Context) -> Iterator[Finding]:
                 (*step.path, "key"),
                 "unique-key",
                 ERROR,
-                f"step key {key!r} is used again (first at line {first.line}); keys must be unique",
+                f"step key {_short(key)!r} is used again (first at line {first.line}); keys must be unique",
             )
         else:
             seen[key] = step
@@ -141,7 +146,7 @@ def key_pattern(p: Pipeline, ctx: Context) -> Iterator[Finding]:
                 (*step.path, "key"),
                 "key-pattern",
                 ERROR,
-                f"step key {key!r} is not a valid Buildkite key: {why}; use letters, digits, '-', '_' and ':' "
+                f"step key {_short(key)!r} is not a valid Buildkite key: {why}; use letters, digits, '-', '_' and ':' "
                 "(join arch lists with '-')",
             )
 
@@ -326,6 +331,23 @@ def interpolation(p: Pipeline, ctx: Context) -> Iterator[Finding]:
                 break  # one finding per string is enough to point at it
 
 
+def secrets_in_plain_text(p: Pipeline, ctx: Context) -> Iterator[Finding]:
+    """A secret written into the pipeline is readable by everyone who can see the build."""
+    places = [(("env",), p.env)] + [((*s.path, "env"), s.data.get("env")) for s in p.steps if isinstance(s.data, dict)]
+    for base, env in places:
+        if not isinstance(env, dict):
+            continue
+        for name, value in env.items():
+            if is_secret(str(name)) and isinstance(value, str | int) and str(value) and not str(value).startswith("$"):
+                yield p.report(
+                    (*base, name),
+                    "secret-in-pipeline",
+                    ERROR,
+                    f"{name} is written into the pipeline in plain text; remove it and give it to the agents "
+                    "as a secret or through their environment",
+                )
+
+
 def timeouts(p: Pipeline, ctx: Context) -> Iterator[Finding]:
     for step in p.steps:
         if step.kind != "command":
@@ -359,6 +381,7 @@ RULES = (
     gpu_count,
     deepep_arch,
     interpolation,
+    secrets_in_plain_text,
     timeouts,
 )
 RULE_IDS = (
@@ -377,5 +400,6 @@ RULE_IDS = (
     "gpu-count",
     "deepep-arch",
     "interpolation",
+    "secret-in-pipeline",
     "timeout",
 )

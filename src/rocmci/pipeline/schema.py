@@ -95,7 +95,8 @@ def diagnose_step(step: Any, path: tuple) -> Iterator[tuple[tuple, str]]:
         best = jsonschema.exceptions.best_match([error])
         where = (*path, *best.absolute_path)
         field = ".".join(str(p) for p in best.absolute_path) or kind
-        yield where, f"{field}: {_explain(best)}"
+        message = _explain(best)
+        yield where, f"{field}: {message if len(message) <= 200 else message[:197] + '...'}"
 
 
 def _explain(error) -> str:

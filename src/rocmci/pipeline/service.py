@@ -112,7 +112,7 @@ def format_report(report: validate.Report, as_json: bool) -> str:
             indent=2,
         )
     lines = [f.text() for f in report.findings]
-    lines.append(f"{report.errors} error(s), {report.warnings} warning(s) in {report.steps} steps")
+    lines.append(f"{report.errors} error(s), {report.warnings} warning(s) in {report.steps} {report.subject}")
     return "\n".join(lines)
 
 

@@ -29,6 +29,7 @@ _SOURCE_KEY = {
 class Report:
     findings: list[Finding] = field(default_factory=list)
     steps: int = 0
+    subject: str = "steps"  # what `steps` counts, for the summary line
 
     @property
     def errors(self) -> int:
@@ -112,14 +113,18 @@ def validate_generated(source: SourceFile, generated: Generated, ctx: rules.Cont
         step = generated.origins[path[1]] if len(path) >= 2 and isinstance(path[1], int) else None
         if step is None:
             return Finding(image_where, 1, 1, rule, severity, f"generated step {path}: {message}")
-        src_key = next((_SOURCE_KEY[p] for p in reversed(path[2:]) if p in _SOURCE_KEY), None)
-        src_path = ("steps", step.index, src_key) if src_key and src_key in step.data else ("steps", step.index)
+        src_env = step.data.get("env") or {}
+        if path[2:3] == ("env",) and len(path) > 3 and path[3] in src_env:
+            src_path = ("steps", step.index, "env", path[3])  # an env entry copied from the step file
+        else:
+            src_key = next((_SOURCE_KEY[p] for p in reversed(path[2:]) if p in _SOURCE_KEY), None)
+            src_path = ("steps", step.index, src_key) if src_key and src_key in step.data else ("steps", step.index)
         key = generated.pipeline["steps"][path[1]].get("key", "?")
         origin = f"{doc.filename}:{doc.pos(('steps', step.index)).line}"
         return Finding.at(doc, src_path, rule, severity, f"{message} [generated step {key}]", origin)
 
     steps = walk_steps(generated.pipeline, lambda path, step: None)
     pipeline = Pipeline(generated.pipeline, steps, report_at)
-    report = Report(findings=list(source.findings) + check(pipeline, ctx), steps=len(steps))
+    report = Report(findings=list(source.findings) + check(pipeline, ctx), steps=len(steps), subject="generated steps")
     report.findings.sort()
     return report

@@ -194,6 +194,8 @@ def _pos(node: yaml.Node) -> Pos:
 def parse(text: str | bytes, filename: str) -> Document:
     """Parse one YAML document; InputError (exit 2) for anything that is not readable YAML."""
     if isinstance(text, bytes):
+        if text.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise InputError("UTF-16 text, not UTF-8", where=filename, hint="save the file as UTF-8")
         if b"\0" in text[:8192]:
             raise InputError("binary file, not YAML", where=filename)
         try:
@@ -218,7 +220,15 @@ def _parse(text: str, filename: str, doc: Document) -> Document:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
-        raise InputError(f"invalid YAML: {exc.problem or exc.context}", where=where) from None
+        what = ", ".join(part for part in (exc.context, exc.problem) if part)
+        raise InputError(f"invalid YAML: {what}", where=where) from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        col = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise InputError(
+            f"invalid YAML: control character #x{code:04x} is not allowed", where=f"{filename}:{line}:{col}"
+        ) from None
     except yaml.YAMLError as exc:
         raise InputError(f"invalid YAML: {exc}", where=filename) from None
     except RecursionError:
