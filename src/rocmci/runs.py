@@ -271,6 +271,7 @@ def outcome_of(
         timed_out=run.timed_out,
         infra_error=run.infra_error,
         teardown_hint=teardown_hint(workload, registry),
+        oom_killed=run.oom_killed,
     )
     if junit_problem and outcome in (res.Outcome.FAILED, res.Outcome.PASSED):
         detail += f" ({junit_problem})"

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rocmci.engine import Engine
-from rocmci.errors import BuildError
+from rocmci.errors import BuildError, EngineError
 from rocmci.image.plan import BuildPlan
 
 _STEP = re.compile(r"^#(\d+) (\[[^\]]+\] .*)$")
@@ -106,6 +106,13 @@ def build(plan: BuildPlan, engine: Engine, *, live: bool, log: Callable[[str], N
     finally:
         progress.close()
     if code != 0:
+        try:
+            engine.server_version()
+        except EngineError:
+            raise EngineError(
+                f"the Docker engine stopped while building {plan.tag}",
+                hint="start it again and rerun; finished stages come from the build cache",
+            ) from None
         raise parser.failure(code, tail)
     labels = engine.image_labels(plan.tag) or {}
     if labels.get("rocmci.input-hash") != plan.input_hash:

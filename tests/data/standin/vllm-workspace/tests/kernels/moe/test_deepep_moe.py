@@ -39,6 +39,9 @@ def test_deep_ep_moe(case):
     _stamp(f"ht{case}-start")
     if MODE == "sleep":
         time.sleep(600)
+    if MODE == "oom":
+        hog = bytearray(400 * 2**20)  # zero-filled: every page is touched
+        assert hog
     if MODE == "slow":
         time.sleep(SLOW_SECONDS)
     assert env_in_spawned_worker() == "0", "ROCPROFILER_REGISTER_ENABLED=0 did not reach the spawned worker"
