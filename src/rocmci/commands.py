@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -224,6 +225,10 @@ def configured_image(s) -> str:
     return image_tag(s.image_repo, s.require("deepep_ref"), _archs(s.require("arch")), None)
 
 
+_GIT_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}")
+_IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
+
+
 def _vllm_revision(path: Path) -> str:
     """Identifies a local vLLM checkout in the input hash: its commit, and whether it has local changes."""
     import subprocess
@@ -258,7 +263,7 @@ def image_build(
 ) -> int:
     from rocmci import arch as archmod
     from rocmci.engine import Engine
-    from rocmci.errors import EngineError, InputError
+    from rocmci.errors import EngineError, InputError, UsageError
     from rocmci.gpus import detect_gpus
     from rocmci.image import plan as planmod
 
@@ -276,6 +281,15 @@ def image_build(
         dockerfile_text = dockerfile.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read the Dockerfile: {exc.strerror}", where=str(dockerfile)) from None
+    for flag, value, pattern in (
+        ("--deepep-ref", s.require("deepep_ref"), _GIT_REF),
+        ("--rocshmem-ref", s.require("rocshmem_ref"), _GIT_REF),
+        ("vllm_ref", s.require("vllm_ref"), _GIT_REF),
+        ("--base-image", s.require("base_image"), _IMAGE_REF),
+        ("--tag", tag or "unset", _IMAGE_REF),
+    ):
+        if not pattern.fullmatch(value):
+            raise UsageError(f"{flag} {value!r} is not a valid reference", hint="use a commit, branch or tag name")
     build_args = {
         "BASE_IMAGE": s.require("base_image"),
         "DEEPEP_REPO": s.require("deepep_repo"),
