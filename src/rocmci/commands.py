@@ -281,15 +281,17 @@ def image_build(
         dockerfile_text = dockerfile.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read the Dockerfile: {exc.strerror}", where=str(dockerfile)) from None
-    for flag, value, pattern in (
-        ("--deepep-ref", s.require("deepep_ref"), _GIT_REF),
-        ("--rocshmem-ref", s.require("rocshmem_ref"), _GIT_REF),
-        ("vllm_ref", s.require("vllm_ref"), _GIT_REF),
-        ("--base-image", s.require("base_image"), _IMAGE_REF),
-        ("--tag", tag or "unset", _IMAGE_REF),
+    refs_hint = "use a commit, branch or tag name"
+    image_hint = "use an image reference like repo/name:tag"
+    for flag, value, pattern, hint in (
+        ("--deepep-ref", s.require("deepep_ref"), _GIT_REF, refs_hint),
+        ("--rocshmem-ref", s.require("rocshmem_ref"), _GIT_REF, refs_hint),
+        ("vllm_ref", s.require("vllm_ref"), _GIT_REF, refs_hint),
+        ("--base-image", s.require("base_image"), _IMAGE_REF, image_hint),
+        ("--tag", tag or "unset", _IMAGE_REF, image_hint),
     ):
         if not pattern.fullmatch(value):
-            raise UsageError(f"{flag} {value!r} is not a valid reference", hint="use a commit, branch or tag name")
+            raise UsageError(f"{flag} {value!r} is not a valid reference", hint=hint)
     build_args = {
         "BASE_IMAGE": s.require("base_image"),
         "DEEPEP_REPO": s.require("deepep_repo"),
