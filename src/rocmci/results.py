@@ -91,6 +91,21 @@ def parse_junit(path: Path) -> JUnitSummary:
     return summary
 
 
+def merge_junit_files(paths: list[Path], out: Path) -> None:
+    """One JUnit file holding every shard's <testsuite>; shards that wrote nothing are skipped."""
+    from rocmci.files import write_atomic
+
+    merged = ET.Element("testsuites")
+    for path in paths:
+        try:
+            root = ET.parse(path).getroot()
+        except (OSError, ET.ParseError):
+            continue
+        suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+        merged.extend(suites)
+    write_atomic(out, ET.tostring(merged, encoding="unicode") + "\n")
+
+
 def signal_of(exit_code: int) -> int | None:
     """The signal that ended the process: -N from Python, 128+N from a shell or docker --init."""
     if exit_code < 0:

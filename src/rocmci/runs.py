@@ -239,7 +239,12 @@ def execute(
         while group is not None and j < len(ordered) and runs[j].workload.group == group and runs[j].workload.sharded:
             j += 1
         chunk = ordered[i:j]
-        merged.append(chunk[0] if len(chunk) == 1 else merge_shards(chunk, f"moe-tests {group} ({len(chunk)} shards)"))
+        if len(chunk) == 1:
+            merged.append(chunk[0])
+        else:
+            merged.append(merge_shards(chunk, f"moe-tests {group} ({len(chunk)} shards)"))
+            shard_files = [opts.results_dir / run.workload.junit for run in runs[i:j] if run.workload.junit]
+            res.merge_junit_files(shard_files, opts.results_dir / f"junit-moe-{group}.xml")
         i = j
     return merged
 
@@ -291,12 +296,11 @@ def merge_shards(results: list[res.Result], name: str) -> res.Result:
         if r.junit is not None:
             junit = r.junit if junit is None else junit.merge(r.junit)
     details = "; ".join(f"shard {i}: {r.outcome.value} ({r.detail})" for i, r in enumerate(results))
-    started = [r for r in results]
     return res.Result(
         name,
         outcome,
-        max(r.exit_code for r in started),
-        max(r.seconds for r in started),
+        max(r.exit_code for r in results),
+        max(r.seconds for r in results),
         details,
         junit,
         sorted({w for r in results for w in r.workarounds}),

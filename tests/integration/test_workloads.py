@@ -209,6 +209,9 @@ def test_shards_run_at_once_on_disjoint_gpus(engine, standin_image, fake_host, w
     assert done.returncode == 0, done.stdout + done.stderr
     merged = results_of(done)["moe-tests high-throughput (2 shards)"]
     assert merged["outcome"] == "passed" and merged["junit"]["tests"] == 4
+    from rocmci.results import parse_junit
+
+    assert parse_junit(workdir / "results" / "junit-moe-high-throughput.xml").tests == 4  # merged file
     stamps = {}
     for path in (workdir / "results" / "stamps").glob("*.txt"):
         rows = [line.split(" ") for line in path.read_text().splitlines()]
@@ -230,4 +233,16 @@ def test_preflight_refuses_an_image_built_for_other_archs(engine, standin_image,
     done = run_invoke("run.moe-tests", "--host-root", str(root), env=run_env(standin_image, workdir))
     assert done.returncode == 5
     assert "gfx90a (MI210/MI250/MI250X)" in done.stderr and "gfx942;gfx950" in done.stderr
+    assert leftovers(engine) == []
+
+
+def test_host_mode_runs_the_same_workload_without_a_container(engine, fake_host, workdir):
+    """--no-container, as in a Buildkite step that already runs inside the image: here, this host's Python."""
+    env = run_env("unused", workdir)
+    standin = REPO / "tests" / "data" / "standin" / "vllm-workspace"
+    done = run_invoke(*moe(fake_host, "--no-container", "--workdir", str(standin), "--mode", "both"), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = results_of(done)
+    assert found["moe-tests high-throughput"]["outcome"] == "passed"  # env reached the spawned worker
+    assert found["moe-tests low-latency"]["junit"]["tests"] == 4
     assert leftovers(engine) == []
