@@ -112,7 +112,15 @@ def _generate_options(s, changed_file, diff_base, run_all, nightly):
     from rocmci.pipeline import generate as gen
     from rocmci.pipeline import service
 
+    from rocmci.errors import UsageError
+
+    if not _CI_IMAGE.fullmatch(s.ci_image):
+        raise UsageError(
+            f"ci_image {s.ci_image!r} is not an image reference",
+            hint="e.g. rocm/vllm-ci:$BUILDKITE_COMMIT; it becomes part of a shell command in the pipeline",
+        )
     return gen.Options(
+        image=s.ci_image,
         mirror_hw=s.mirror_hw,
         changed_files=service.changed_files(changed_file, diff_base, s.workspace),
         run_all=run_all,
@@ -227,6 +235,8 @@ def configured_image(s) -> str:
 
 _GIT_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}")
 _IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
+# The same, plus Buildkite's upload-time $VAR / ${VAR}, for tags written into the pipeline.
+_CI_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*(?:\$\{?[A-Z_][A-Z0-9_]*\}?[A-Za-z0-9._-]*)*")
 
 
 def _vllm_revision(path: Path) -> str:

@@ -45,6 +45,11 @@ REGISTRY: tuple[Setting, ...] = (
     Setting("vllm_ref", "vLLM commit", dockerfile_arg="VLLM_BRANCH"),
     Setting("image_repo", "repository part of the image tags rocmci makes", default="rocmci/vllm-rocm"),
     Setting("image", "image to run workloads in (empty: the tag `image.build` makes)", default=""),
+    Setting(
+        "ci_image",
+        "tag the generated pipeline builds and pushes; vLLM's run-amd-test.sh runs tests in it",
+        default="rocm/vllm-ci:$BUILDKITE_COMMIT",
+    ),
     Setting("source", "vLLM-style step file the pipeline is generated from", default=".buildkite/test-amd.yaml"),
     Setting("inventory", "agent pool inventory", default=".buildkite/agents.yaml"),
     Setting("workarounds", "registry of known workarounds", default="workarounds.yaml"),

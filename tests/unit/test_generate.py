@@ -59,7 +59,8 @@ def test_vllm_template_semantics():
     assert cpu["env"]["VLLM_TEST_COMMANDS"] == "cd /vllm-workspace && python3 -c 'print(1)'"
     assert "mi355_1: Experimental only" not in steps  # mirror_hw filter
     image = steps[":docker: Build ROCm image (gfx942;gfx950)"]
-    assert image["key"] == "image-build-amd" and "--arch gfx942,gfx950" in image["command"]
+    assert image["key"] == "image-build-amd"
+    assert image["command"] == "invoke image.build --arch gfx942,gfx950 --tag rocm/vllm-ci:$BUILDKITE_COMMIT --push"
 
 
 def test_optional_and_unaffected_steps_get_a_block_step():

@@ -44,6 +44,7 @@ class Options:
     run_all: bool = False
     nightly: bool = False
     archs: tuple[str, ...] = ("gfx942", "gfx950")
+    image: str = "rocm/vllm-ci:$BUILDKITE_COMMIT"  # $BUILDKITE_COMMIT is filled in at upload time
     # pool -> queue where the inventory says so (e.g. amd-cpu); otherwise vLLM's amd_<pool>
     queues: Mapping[str, str] = field(default_factory=dict)
 
@@ -98,13 +99,13 @@ def decide(step: SourceStep, opts: Options, forced: str | None) -> Decision:
     return Decision(step, "block", "no changed file matches its source_file_dependencies")
 
 
-def image_step(archs: tuple[str, ...]) -> dict[str, Any]:
+def image_step(archs: tuple[str, ...], image: str) -> dict[str, Any]:
     listing = ",".join(archs)  # ',' needs no shell quoting, unlike ';'
     return {
         "label": f":docker: Build ROCm image ({archmod.canonical(archs)})",
         "key": IMAGE_STEP_KEY,
         "agents": {"queue": BUILD_QUEUE},
-        "command": f"invoke image.build --arch {listing} --push",
+        "command": f"invoke image.build --arch {listing} --tag {image} --push",
         "env": {"DOCKER_BUILDKIT": "1"},
         "timeout_in_minutes": MAX_TIMEOUT,
         "retry": {"automatic": [dict(r) for r in AUTOMATIC_RETRY]},
@@ -143,7 +144,7 @@ def test_step(step: SourceStep, key: str, queue: str, source_name: str, line: in
 
 def generate(source: SourceFile, opts: Options) -> Generated:
     forced = None if opts.changed_files is None else run_all_trigger(opts.changed_files)
-    result = Generated(pipeline={"steps": [image_step(opts.archs)]}, origins=[None])
+    result = Generated(pipeline={"steps": [image_step(opts.archs, opts.image)]}, origins=[None])
     steps = result.pipeline["steps"]
     used: set[str] = {IMAGE_STEP_KEY}
     for step in source.steps:
