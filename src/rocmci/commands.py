@@ -109,10 +109,9 @@ def eprint(*args: Any) -> None:
 
 def _generate_options(s, changed_file, diff_base, run_all, nightly):
     from rocmci.arch import parse_arch_list
+    from rocmci.errors import UsageError
     from rocmci.pipeline import generate as gen
     from rocmci.pipeline import service
-
-    from rocmci.errors import UsageError
 
     if not _CI_IMAGE.fullmatch(s.ci_image):
         raise UsageError(
