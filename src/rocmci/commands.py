@@ -61,13 +61,16 @@ def show_settings(*, as_json: bool = False) -> int:
 def doctor(*, purpose: str | None = None, kfd_root: str = "/", as_json: bool = False) -> int:
     from rocmci import doctor as doc
     from rocmci.engine import Engine
-    from rocmci.image.plan import image_tag
+    from rocmci.errors import UsageError
 
     if purpose is not None and purpose not in doc.NEEDS:
         doc.needed_failures([], purpose)  # raises the usage error with the choices
     s = _settings()
     root = Path(kfd_root)
-    image_ref = s.image or image_tag(s.image_repo, s.deepep_ref, _archs(s.arch), None)
+    try:
+        image_ref = configured_image(s)
+    except UsageError:
+        image_ref = None  # no Dockerfile to name it from: reported as a missing image
     checks = doc.host_checks(
         root / "sys/class/kfd/kfd/topology/nodes", root / "dev/kfd", str(root / "dev/dri/renderD*")
     )

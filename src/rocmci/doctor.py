@@ -51,7 +51,7 @@ def host_checks(kfd_nodes: Path, kfd_device: Path, dri_glob: str) -> list[Check]
     return checks
 
 
-def engine_checks(engine, image_ref: str, want_buildkit: bool) -> list[Check]:
+def engine_checks(engine, image_ref: str | None, want_buildkit: bool) -> list[Check]:
     try:
         version = engine.server_version()
     except EngineError as exc:
@@ -67,8 +67,12 @@ def engine_checks(engine, image_ref: str, want_buildkit: bool) -> list[Check]:
         checks.append(Check("buildkit", ok, detail, "use a docker client < 23 or one with the buildx plugin"))
     else:
         checks.append(Check("buildkit", True, "not checked (use --for build)"))
-    labels = engine.image_labels(image_ref)
-    if labels is None:
+    labels = engine.image_labels(image_ref) if image_ref else None
+    if image_ref is None:
+        checks.append(
+            Check("image", False, "no image configured", "set 'image' or build one with `invoke image.build`")
+        )
+    elif labels is None:
         checks.append(Check("image", False, f"{image_ref} not found", "build it with `invoke image.build`"))
     else:
         checks.append(Check("image", True, f"{image_ref}: archs {labels.get('rocmci.arch', 'unlabelled')}"))
