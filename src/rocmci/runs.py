@@ -33,7 +33,6 @@ class RunOptions:
     timeout: float
     host_root: Path = Path("/")
     gpus: str | None = None
-    shards: int = 1
     skip_preflight: bool = False
     no_container: bool = False
     dry_run: bool = False
