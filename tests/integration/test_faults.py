@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BUSYBOX_IMAGE, DOCKER_REQUIRED, REPO, run_invoke
-from tests.integration.test_workloads import fake_host, leftovers, moe, results_of, run_env, standin_image  # noqa: F401
+from tests.integration.helpers import leftovers, moe, results_of, run_env
 
 IMAGE_DATA = REPO / "tests" / "data" / "image"
 
@@ -124,7 +124,7 @@ def test_engine_stopped_during_a_build(second_engine, tmp_path):
     assert env["ROCMCI_IMAGE_REPO"] not in second_engine.cli("images").stdout
 
 
-def test_workload_killed_by_sigkill(engine, standin_image, fake_host, tmp_path):  # noqa: F811
+def test_workload_killed_by_sigkill(engine, standin_image, fake_host, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCI_")}
     env.update(run_env(standin_image, tmp_path))
     argv = [
@@ -148,7 +148,7 @@ def test_workload_killed_by_sigkill(engine, standin_image, fake_host, tmp_path):
     assert leftovers(engine) == []
 
 
-def test_workload_out_of_memory(engine, standin_image, fake_host, tmp_path):  # noqa: F811
+def test_workload_out_of_memory(engine, standin_image, fake_host, tmp_path):
     env = run_env(standin_image, tmp_path, ROCMCI_RUN_MEMORY="64m")
     done = run_invoke(*moe(fake_host, "--mode", "high-throughput", mode="oom"), env=env)
     assert done.returncode == 12, done.stdout + done.stderr

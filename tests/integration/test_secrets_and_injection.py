@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 from tests.conftest import REPO, run_invoke
-from tests.integration.test_workloads import fake_host, moe, run_env, standin_image  # noqa: F401
+from tests.integration.helpers import moe, run_env
 
 CANARIES = {
     "HF_TOKEN": "hf_canary_" + uuid.uuid4().hex,
@@ -28,7 +28,7 @@ def no_canary(*texts: str) -> None:
             assert value not in text, f"the value of {name} leaked"
 
 
-def test_secrets_stay_out_of_every_output(engine, standin_image, fake_host, tmp_path):  # noqa: F811
+def test_secrets_stay_out_of_every_output(engine, standin_image, fake_host, tmp_path):
     env = {**run_env(standin_image, tmp_path), **CANARIES}
     outputs = []
     for args in (
@@ -71,7 +71,7 @@ def test_a_secret_in_the_step_file_blocks_generation_without_echoing_it(tmp_path
     no_canary(done.stdout, done.stderr)
 
 
-def test_shell_metacharacters_never_reach_a_shell(engine, standin_image, fake_host, tmp_path):  # noqa: F811
+def test_shell_metacharacters_never_reach_a_shell(engine, standin_image, fake_host, tmp_path):
     canary = tmp_path / "canary"
     payloads = [f"$(touch {canary})", f"`touch {canary}`", f"x; touch {canary}", f"x && touch {canary}"]
 
