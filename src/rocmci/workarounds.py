@@ -69,9 +69,7 @@ def _strings(value, where: str, what: str) -> tuple[str, ...]:
 
 
 def from_document(doc: yamldoc.Document) -> list[Workaround]:
-    if doc.duplicates:
-        d = doc.duplicates[0]
-        raise InputError(f"duplicate key '{d.key}'", where=doc.where(d.path))
+    doc.refuse_duplicates()
     data = doc.data
     if not isinstance(data, dict) or not isinstance(data.get("workarounds"), list):
         raise InputError("a workaround registry is a mapping with a 'workarounds' list", where=doc.where(()))

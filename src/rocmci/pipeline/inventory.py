@@ -40,9 +40,7 @@ class Inventory:
 
 
 def from_document(doc: yamldoc.Document) -> Inventory:
-    if doc.duplicates:
-        d = doc.duplicates[0]
-        raise InputError(f"duplicate key '{d.key}' (first at line {d.first.line})", where=doc.where(d.path))
+    doc.refuse_duplicates()
     data = doc.data
     if not isinstance(data, dict) or not isinstance(data.get("pools"), dict):
         raise InputError("an inventory is a mapping with a 'pools' mapping", where=doc.where(()))

@@ -88,6 +88,12 @@ class Document:
                 return Pos(1, 1)
             path = path[:-1]
 
+    def refuse_duplicates(self) -> None:
+        """For files where a duplicate key is unreadable input rather than a finding (inventory, registry)."""
+        if self.duplicates:
+            d = self.duplicates[0]
+            raise InputError(f"duplicate key '{d.key}' (first at line {d.first.line})", where=self.where(d.path))
+
     def where(self, path: Path_) -> str:
         p = self.pos(path)
         return f"{self.filename}:{p.line}:{p.col}"
