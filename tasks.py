@@ -204,7 +204,7 @@ _RUN_HELP = {
     "dry_run": "print the container command instead of running it",
     "host_root": "read /sys and /dev below this folder (for fake device trees)",
     "env": "NAME=value for the workload (repeatable); secret-looking names are passed by name only",
-    "workdir": "working directory in the container (default /vllm-workspace)",
+    "workdir": "working directory of the workload (default /vllm-workspace, where the image keeps vLLM's tests)",
     "json": "print results as JSON",
     "extra": "extra arguments, as one quoted string",
 }
@@ -253,7 +253,7 @@ def dp_example(
     dry_run=False,
     host_root="/",
     env=None,
-    workdir="/vllm-workspace",
+    workdir=None,
     json=False,
 ):
     """Run vLLM's DeepEP data-parallel example (Qwen1.5-MoE, -tp=1 -dp=2) in the image."""
@@ -296,7 +296,7 @@ def moe_tests(
     dry_run=False,
     host_root="/",
     env=None,
-    workdir="/vllm-workspace",
+    workdir=None,
     json=False,
 ):
     """Run vLLM's DeepEP MoE kernel tests in the image, with the registry's workarounds; JUnit XML to results/."""

@@ -392,6 +392,7 @@ def image_inspect(*, tag: str | None = None, as_json: bool = False) -> int:
 
 def _run_options(s, **kw: Any):
     from rocmci.runs import RunOptions, parse_env
+    from rocmci.workloads import WORKSPACE
 
     return RunOptions(
         image=configured_image(s),
@@ -402,6 +403,7 @@ def _run_options(s, **kw: Any):
         memory=s.run_memory or None,
         hf_cache=s.hf_cache,
         env=parse_env(kw.pop("env") or ()),
+        workdir=kw.pop("workdir") or WORKSPACE,
         **kw,
     )
 

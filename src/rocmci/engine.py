@@ -143,10 +143,6 @@ class Engine:
         done = self.cli("ps", "-a", "-q", "--filter", f"label={label}")
         return done.stdout.split()
 
-    def remove_containers(self, ids: Sequence[str]) -> None:
-        if ids:
-            self.cli("rm", "-f", *ids, check=False, timeout=120)
-
     def stream(self, argv: Sequence[str], on_line: Callable[[str], None], *, env: dict[str, str] | None = None) -> int:
         """Run a long command, handing each line of its merged output to on_line; returns its exit code.
 

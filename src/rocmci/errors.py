@@ -69,13 +69,3 @@ class WorkloadError(RocmciError):
     def __init__(self, message: str, *, exit_code: int, hint: str | None = None) -> None:
         self.exit_code = exit_code
         super().__init__(message, hint=hint)
-
-
-EXIT_CODES = {
-    "ok": 0,
-    "findings or failed tests": FindingsError.exit_code,
-    "bad flag, setting or input file": UsageError.exit_code,
-    "docker engine unavailable": EngineError.exit_code,
-    "image build failed": BuildError.exit_code,
-    "preflight failed": PreflightError.exit_code,
-}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +60,3 @@ def detect_gpus(nodes_dir: Path = KFD_NODES) -> list[Gpu]:
         Gpu(index=i, node=node, arch=gfx_name(props["gfx_target_version"]), render_minor=props.get("drm_render_minor"))
         for i, (node, props) in enumerate(found)
     ]
-
-
-def kfd_present(device: Path = KFD_DEVICE) -> bool:
-    return device.exists() and os.access(device, os.R_OK | os.W_OK)

@@ -19,7 +19,7 @@ from rocmci.files import write_atomic
 from rocmci.gpus import Gpu, detect_gpus
 from rocmci.secrets import Redactor, is_secret
 from rocmci.workarounds import Workaround
-from rocmci.workloads import RESULTS_MOUNT, WORKSPACE, Workload, check_archs, choose_gpus, shard_env
+from rocmci.workloads import RESULTS_MOUNT, Workload, check_archs, choose_gpus, shard_env
 
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 PLUGINS_MOUNT = "/rocmci-plugins"
@@ -31,16 +31,16 @@ class RunOptions:
     image: str
     results_dir: Path
     timeout: float
+    network: str | None  # the settings registry holds the defaults of these five
+    shm_size: str
+    memory: str | None
+    hf_cache: str
+    workdir: str
     host_root: Path = Path("/")
     gpus: str | None = None
     skip_preflight: bool = False
     no_container: bool = False
     dry_run: bool = False
-    network: str | None = "host"
-    shm_size: str = "16g"
-    memory: str | None = None
-    hf_cache: str = "~/.cache/huggingface"
-    workdir: str = WORKSPACE
     env: dict[str, str] = field(default_factory=dict)  # --env overrides, secrets included
 
 

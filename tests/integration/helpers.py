@@ -79,7 +79,9 @@ def moe(fake_host: Path, *args: str, mode: str = "pass") -> tuple[str, ...]:
 
 
 def leftovers(engine) -> list[str]:
-    return engine.containers("rocmci.managed=1")
+    from rocmci.container import leftovers as labelled
+
+    return labelled(engine)
 
 
 def results_of(done) -> dict[str, dict]:
