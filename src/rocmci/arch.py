@@ -25,7 +25,13 @@ PRODUCTS: dict[str, str] = {
 }
 
 # DeepEP's ROCm setup.py accepts exactly these; anything else is dropped or fails at build time.
+# When PYTORCH_ROCM_ARCH is unset it builds all of them, so the same tuple is DeepEP's default list.
 DEEPEP_ARCHS: tuple[str, ...] = ("gfx942", "gfx950")
+DEEPEP_DEFAULT_ARCHS: tuple[str, ...] = DEEPEP_ARCHS
+DEEPEP_ARCHS_SOURCE = (
+    "ROCm/DeepEP's setup.py, main of May 2026 (allowed_arch, and the list it builds when PYTORCH_ROCM_ARCH "
+    "is unset); the copy in ../shared/fixtures/deepep/setup.py is checked against this by the unit tests"
+)
 
 NATIVE = "native"
 

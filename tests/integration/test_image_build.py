@@ -1,94 +1,192 @@
-"""image.build on the real engine, through the same code path as the real Dockerfile (BuildKit)."""
+"""image.build and image.retarget on the real engine (BuildKit), with the stand-in vLLM tree.
+
+tests/data/vllm-standin is a small vLLM checkout: vLLM's stage names, ARG names and tiers, built FROM the
+local base image; its steps write the arguments they received into files.
+"""
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
 import uuid
 
 import pytest
 
 from tests.conftest import REPO, run_invoke
 
-DATA = REPO / "tests" / "data" / "image"
+STANDIN = REPO / "tests" / "data" / "vllm-standin"
+STEP = re.compile(r"^#(\d+) \[([\w-]+) \d+/\d+\] (.*)$")
 
 
-@pytest.fixture
-def repo(engine, busybox_image):
-    """A unique image repository for one test; every image in it is removed afterwards."""
-    name = f"rocmci-test/build-{uuid.uuid4().hex[:8]}"
-    yield name
-    refs = engine.cli("images", "-q", name, check=False).stdout.split()
+def env_for(repo: str) -> dict[str, str]:
+    # The base image is unique to this run (see `standin`), so no earlier run's build cache can answer for it.
+    base = f"{repo}:base"
+    return {"ROCMCI_IMAGE_REPO": repo, "ROCMCI_BASE_IMAGE": base, "ROCMCI_BUILD_NETWORK": "none", "CI": "true"}
+
+
+def steps(output: str) -> dict[str, set[str]]:
+    """From BuildKit's plain progress: the stages whose RUN steps executed, and those whose RUN steps were cached."""
+    names: dict[str, tuple[str, str]] = {}
+    ran: set[str] = set()
+    cached: set[str] = set()
+    for line in output.splitlines():
+        if line.startswith("#1 [internal] load build definition"):
+            names = {}  # the next build (test after ci_base) numbers its steps from #1 again
+        elif m := STEP.match(line):
+            names[m.group(1)] = (m.group(2), m.group(3))
+        elif (m := re.match(r"^#(\d+) (CACHED|DONE )", line)) and m.group(1) in names:
+            stage, text = names[m.group(1)]
+            if text.startswith("RUN"):
+                (cached if m.group(2) == "CACHED" else ran).add(stage)
+    return {"ran": ran - cached, "cached": cached}
+
+
+@pytest.fixture(scope="module")
+def standin(engine, python_image, tmp_path_factory):
+    """A copy of the stand-in checkout and a unique image repository, removed afterwards."""
+    tree = tmp_path_factory.mktemp("vllm") / "vllm"
+    shutil.copytree(STANDIN, tree)
+    repo = f"rocmci-test/vllm-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run(
+        [engine.client, "build", "--network", "none", "-q", "-t", f"{repo}:base", "-"],
+        input=f"FROM {python_image}\nRUN echo {repo} > /standin-run\n",
+        env=engine.build_env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    yield tree, repo
+    refs = engine.cli("images", "-q", repo, check=False).stdout.split()
     if refs:
         engine.cli("rmi", "-f", *set(refs), check=False)
 
 
-def env_for(repo: str, dockerfile: str = "Dockerfile.fixture") -> dict[str, str]:
-    return {
-        "ROCMCI_DOCKERFILE": str(DATA / dockerfile),
-        "ROCMCI_IMAGE_REPO": repo,
-        "ROCMCI_BUILD_NETWORK": "none",
-        "CI": "true",
-    }
+@pytest.fixture(scope="module")
+def built(standin):
+    tree, repo = standin
+    done = run_invoke("image.build", "--vllm-src", str(tree), env=env_for(repo))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done, f"{repo}:test-gfx942-gfx950-vllm-gfx90a-gfx942-gfx950"
 
 
-def containers(engine) -> set[str]:
-    return set(engine.cli("ps", "-a", "-q").stdout.split())
+def read(engine, image: str, *command: str) -> str:
+    return engine.cli("run", "--rm", "--network", "none", image, *command).stdout.strip()
 
 
-def test_build_streams_progress_labels_and_args_reach_both_stages(engine, repo):
-    done = run_invoke("image.build", env=env_for(repo))
-    assert done.returncode == 0, done.stderr
-    tag = f"{repo}:deepep-fixture1-gfx942-gfx950"
-    assert f"built {tag}" in done.stderr
-    assert "[final 3/3] RUN" in done.stderr and "fixture: built the DeepEP stand-in" in done.stderr
+def test_tiers_labels_and_one_arch_list_reaching_rocshmem_and_deepep(engine, standin, built):
+    done, tag = built
+    tree, repo = standin
+    assert f"built {repo}:ci-base-gfx942-gfx950-vllm-gfx90a-gfx942-gfx950 (ci_base)" in done.stderr
+    assert f"built {tag} (test)" in done.stderr
     labels = engine.image_labels(tag)
-    assert labels["rocmci.arch"] == "gfx942;gfx950"
-    assert labels["rocmci.deepep.ref"] == "fixture1" and labels["rocmci.rocshmem.ref"] == "fixture2"
-    assert len(labels["rocmci.input-hash"]) == 16
-    files = engine.cli(
-        "run", "--rm", "--network", "none", tag, "cat", "/opt/rocshmem/targets", "/deepep-arch"
-    ).stdout.split()
-    assert files == ["GPU_TARGETS=gfx942;gfx950", "PYTORCH_ROCM_ARCH=gfx942;gfx950"]
+    assert labels["rocmci.arch"] == "gfx942;gfx950" and labels["rocmci.vllm.arch"] == "gfx90a;gfx942;gfx950"
+    assert labels["rocmci.deepep.ref"] == "standin-deepep-1" and labels["rocmci.rocshmem.ref"] == "standin-rocshmem-1"
+    assert labels["rocmci.deepep.flags"] == "--rocm-explicit-ctx --rocm-gfx942-fp8-fnuz-max 224"
+    assert labels["rocmci.ci-base-image"].startswith(f"{repo}:ci-base-") and len(labels["rocmci.input-hash"]) == 16
+    assert read(engine, tag, "cat", "/opt/rocshmem/gpu-targets") == "gfx942;gfx950"
+    deepep = "import deep_ep as d; print(d.ARCHS, d.REF, d.NIC, d.EXPLICIT_CTX, d.FP8_FNUZ_MAX)"
+    assert read(engine, tag, "python3", "-c", deepep) == "gfx942;gfx950 standin-deepep-1 cx7 True 224"
+    native = read(engine, tag, "cat", "/opt/vllm-wheels/native.txt")
+    assert native == "STANDIN_VLLM_COMPILE PYTORCH_ROCM_ARCH=gfx90a;gfx942;gfx950"
+    assert read(engine, tag, "ls", "/vllm-workspace/src") == "vllm"  # vLLM's test-stage layout
 
-    again = run_invoke("image.build", env=env_for(repo))
-    assert again.returncode == 0 and "is up to date" in again.stderr and "built" not in again.stderr
-    forced = run_invoke("image.build", "--force", env=env_for(repo))
-    assert forced.returncode == 0 and f"built {tag}" in forced.stderr
-
-    shown = run_invoke("image.inspect", tag)
-    assert shown.returncode == 0, shown.stderr
-    assert "gfx942;gfx950" in shown.stdout and labels["rocmci.input-hash"] in shown.stdout
+    again = run_invoke("image.build", "--vllm-src", str(tree), env=env_for(repo))
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("is up to date") == 2 and "built " not in again.stderr and "#1 " not in again.stderr
 
 
-def test_a_different_arch_list_is_a_different_image(engine, repo):
-    done = run_invoke("image.build", "--arch", "gfx942", "--deepep-ref", "abc", env=env_for(repo))
-    assert done.returncode == 0, done.stderr
-    labels = engine.image_labels(f"{repo}:deepep-abc-gfx942")
-    assert labels["rocmci.arch"] == "gfx942" and labels["rocmci.deepep.ref"] == "abc"
+def test_arch_only_change_reruns_rocshmem_and_deepep_and_no_vllm_compile(engine, standin, built):
+    tree, repo = standin
+    done = run_invoke("image.build", "--vllm-src", str(tree), "--arch", "gfx950", env=env_for(repo))
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = steps(done.stderr)
+    assert {"build_rocshmem", "build_deepep"} <= seen["ran"]
+    assert not seen["ran"] & {"csrc-build", "build_vllm"}, seen
+    assert {"csrc-build", "build_vllm"} <= seen["cached"]
+    tag = f"{repo}:test-gfx950-vllm-gfx90a-gfx942-gfx950"
+    assert read(engine, tag, "cat", "/opt/rocshmem/gpu-targets") == "gfx950"
+    assert read(engine, tag, "python3", "-c", "import deep_ep; print(deep_ep.ARCHS)") == "gfx950"
 
 
-def test_failed_build_names_the_step_and_leaves_nothing(engine, repo):
-    before = containers(engine)
-    done = run_invoke("image.build", env=env_for(repo, "Dockerfile.fail"))
+def test_failing_step_is_named_with_its_log_tail(engine, standin, built, tmp_path):
+    tree, repo = standin
+    broken = tmp_path / "vllm"
+    shutil.copytree(tree, broken)
+    (broken / "csrc" / "FAIL").write_text("")
+    done = run_invoke("image.build", "--vllm-src", str(broken), "--tag", f"{repo}:broken", env=env_for(repo))
     assert done.returncode == 4
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith('rocmci: build failed at [final 3/3] RUN echo "fixture: about to fail" && exit 3')
-    assert "exit code: 3" in last and "fixture: about to fail" in last
+    assert last.startswith("rocmci: build failed at [csrc-build 4/4] RUN if [ -e csrc/FAIL ]")
+    assert "exit code: 7" in last and "standin: compile error in csrc" in last
     assert "Traceback" not in done.stderr
-    assert containers(engine) == before
-    assert engine.image_labels(f"{repo}:deepep-fixture1-gfx942-gfx950") is None
+    assert engine.image_labels(f"{repo}:broken") is None
 
 
-def test_unsupported_arch_fails_before_any_build(engine, repo):
-    done = run_invoke("image.build", "--arch", "gfx90a", env=env_for(repo))
+def test_retarget_rebuilds_rocshmem_and_deepep_on_the_image_and_verifies_it(engine, standin, built):
+    tree, repo = standin
+    _, source = built
+    done = run_invoke(
+        "image.retarget", "--from", source, "--arch", "gfx950", "--vllm-src", str(tree), env=env_for(repo)
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    tag = f"{repo}:retarget-gfx950"
+    assert f"built {tag}: deep_ep imports; code objects for gfx950" in done.stderr
+    labels = engine.image_labels(tag)
+    assert labels["rocmci.arch"] == "gfx950" and labels["rocmci.retarget.from"] == source
+    assert read(engine, tag, "cat", "/opt/rocshmem/gpu-targets") == "gfx950"
+    assert read(engine, tag, "cat", "/opt/rocshmem/ref") == "standin-rocshmem-1"  # the pin read from the file
+    mismatch = engine.cli("run", "--rm", "--network", "none", tag, "python3", "/opt/rocmci/verify_deepep.py",
+                          "--expect", "gfx942;gfx950", check=False)
+    assert mismatch.returncode == 1 and '"ok": false' in mismatch.stdout  # it compares: gfx950 alone is not both
+
+
+def test_unsupported_arch_fails_before_any_build(standin):
+    tree, repo = standin
+    done = run_invoke("image.build", "--vllm-src", str(tree), "--arch", "gfx90a", env=env_for(repo))
     assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and "gfx942" in done.stderr and "gfx950" in done.stderr
-    assert "#1 " not in done.stderr  # no build output at all
+    assert done.stderr.count("\n") == 1 and "gfx942" in done.stderr and "#1 " not in done.stderr
 
 
-def test_engine_down_is_one_line(tmp_path, repo):
-    done = run_invoke("image.build", env={**env_for(repo), "DOCKER_HOST": f"unix://{tmp_path}/none.sock"})
-    assert done.returncode == 3
+def test_no_checkout_is_one_line_naming_the_flag(tmp_path):
+    done = run_invoke("image.build", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "rocmci: the Docker engine is not running. start it (as root: dockerd --bridge=none --iptables=false &, "
-        "or systemctl start docker) and retry"
+        "rocmci: no vLLM checkout to read docker/Dockerfile.rocm from (unset: the current folder is not a vLLM "
+        "checkout (no docker/Dockerfile.rocm + setup.py)). pass --vllm-src PATH (a vLLM checkout), set "
+        "ROCMCI_VLLM_SRC, or run from a vLLM checkout"
     ]
+
+
+def test_engine_down_is_one_line(tmp_path, standin):
+    tree, repo = standin
+    env = {**env_for(repo), "DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
+    done = run_invoke("image.build", "--vllm-src", str(tree), env=env)
+    assert done.returncode == 3
+    assert done.stderr.strip().splitlines()[-1].startswith("rocmci: the Docker engine is not running")
+
+
+def test_done_when_commands_on_a_copy_of_vllms_tree(vllm_fixtures, tmp_path):
+    """The issue's checks, as a user would type them, on a copy of vLLM's real docker/ folder."""
+    tree = tmp_path / "vllm"
+    shutil.copytree(vllm_fixtures / "docker", tree / "docker")
+    (tree / "setup.py").write_text("")
+    path = tree / "docker" / "Dockerfile.rocm"
+    line = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if 'export PYTORCH_ROCM_ARCH="gfx942' in t)
+    check = run_invoke("image.check", "--vllm-src", str(tree))
+    assert check.returncode == 1 and check.stdout.startswith(f"docker/Dockerfile.rocm:{line}:5: error ")
+    dry = run_invoke("image.build", "--vllm-src", str(tree), "--dry-run")
+    assert dry.returncode == 0 and "'DEEPEP_ROCM_ARCH=gfx942;gfx950'" in dry.stdout and str(path) in dry.stdout
+    refused = run_invoke("image.build", "--vllm-src", str(tree), "--arch", "gfx942", "--dry-run")
+    assert refused.returncode == 1 and f"docker/Dockerfile.rocm:{line}:5" in refused.stderr.splitlines()[-1]
+    shown = run_invoke("settings", env={"ROCMCI_VLLM_SRC": str(tree)})
+    assert re.search(r"deepep_ref\s+0f63d3e9\s+\S*docker/Dockerfile.rocm:\d+ \(ARG DEEPEP_BRANCH\)", shown.stdout)
+    retarget = run_invoke("image.retarget", "--from", "rocm/vllm-ci:x", "--arch", "gfx950", "--vllm-src", str(tree),
+                          "--dry-run")
+    assert retarget.returncode == 0 and "DEEPEP_BRANCH=0f63d3e9" in retarget.stdout
+    assert "--rocm-explicit-ctx --rocm-gfx942-fp8-fnuz-max 224" in retarget.stderr
+    path.write_text(path.read_text().replace('export PYTORCH_ROCM_ARCH="gfx942;gfx950"',
+                                             'export PYTORCH_ROCM_ARCH="${DEEPEP_ROCM_ARCH}"'))
+    fixed = run_invoke("image.check", "--vllm-src", str(tree))
+    assert fixed.returncode == 0 and len(fixed.stdout.strip().splitlines()) == 1

@@ -1,92 +1,158 @@
+"""The build plan (pure) against vLLM's real Dockerfile, the refusal rule, and BuildKit progress parsing."""
+
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from rocmci.errors import UsageError
+from rocmci.image import check as checkmod
+from rocmci.image import context, service
+from rocmci.image import vllm_dockerfile as vd
 from rocmci.image.build import ProgressParser
-from rocmci.image.plan import BuildRequest, image_tag, input_hash, plan_build
+from rocmci.image.plan import BuildRequest, image_tag, plan_build
+from tests.conftest import REPO
 
-ARGS = {"DEEPEP_BRANCH": "5d90af8b", "ROCSHMEM_BRANCH": "f0acb0c6", "BASE_IMAGE": "rocm/vllm-dev:base"}
+STANDIN = REPO / "tests" / "data" / "vllm-standin"
+HARD_CODED = 'export PYTORCH_ROCM_ARCH="gfx942;gfx950"'
 
 
-def request(**overrides) -> BuildRequest:
+@pytest.fixture
+def tree(vllm_fixtures, tmp_path) -> Path:
+    shutil.copytree(vllm_fixtures / "docker", tmp_path / "docker")
+    (tmp_path / "setup.py").write_text("# stand-in\n")
+    for rel in ("requirements/rocm.txt", "requirements/common.txt", "csrc/a.cu"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    return tmp_path
+
+
+def request(tree: Path, **overrides) -> BuildRequest:
     values = dict(
-        dockerfile=Path("docker/Dockerfile.rocm"),
-        context=Path("docker"),
+        checkout=tree,
+        dockerfile=vd.load(tree),
         archs=("gfx942", "gfx950"),
-        build_args=dict(ARGS),
+        vllm_archs=("gfx90a", "gfx942", "gfx950"),
+        pins={"rocmci.deepep.ref": "0f63d3e9"},
+        overrides={},
         image_repo="rocmci/vllm-rocm",
+        vllm_commit="abc",
     )
     values.update(overrides)
     return BuildRequest(**values)
 
 
-def test_plan_passes_the_arch_list_as_one_argument():
-    plan = plan_build(request(), "FROM x\n")
-    argv = plan.argv("docker")
-    assert argv[:2] == ["docker", "build"]
-    i = argv.index("DEEPEP_ROCM_ARCH=gfx942;gfx950")
-    assert argv[i - 1] == "--build-arg"
-    assert f"ROCMCI_INPUT_HASH={plan.input_hash}" in argv
-    assert plan.tag == "rocmci/vllm-rocm:deepep-5d90af8b-gfx942-gfx950"
-    assert argv[-1] == "docker" and "--progress" in argv
+def test_test_target_is_tiered_on_ci_base_like_vllms_scripts(tree):
+    plan = plan_build(request(tree))
+    base, test = plan.steps
+    assert (base.target, test.target) == ("ci_base", "test")
+    argv = test.argv("/usr/bin/docker")
+    assert argv[:8] == ["/usr/bin/docker", "build", "--file", str(tree / "docker/Dockerfile.rocm"), "--target", "test",
+                        "--tag", "rocmci/vllm-rocm:test-gfx942-gfx950-vllm-gfx90a-gfx942-gfx950"]
+    for arg in ("DEEPEP_ROCM_ARCH=gfx942;gfx950", "ARG_PYTORCH_ROCM_ARCH=gfx90a;gfx942;gfx950", "REMOTE_VLLM=0",
+                f"CI_BASE_IMAGE={base.tag}"):
+        assert argv[argv.index(arg) - 1] == "--build-arg"
+    assert f"rocmci.input-hash={test.input_hash}" in argv and "rocmci.deepep.ref=0f63d3e9" in argv
+    assert argv[-1] == str(tree) and f"CI_BASE_IMAGE={base.tag}" not in base.argv("docker")
 
 
-def test_input_hash_follows_every_input():
-    base = plan_build(request(), "FROM x\n").input_hash
-    assert plan_build(request(), "FROM x\n").input_hash == base
-    assert plan_build(request(), "FROM y\n").input_hash != base
-    assert plan_build(request(archs=("gfx942",)), "FROM x\n").input_hash != base
-    assert plan_build(request(build_args={**ARGS, "DEEPEP_BRANCH": "0f63d3e9"}), "FROM x\n").input_hash != base
-    assert plan_build(request(target="deepep"), "FROM x\n").input_hash != base
-    assert input_hash("a", {"K": "v", "ROCMCI_INPUT_HASH": "1"}, "t") == input_hash("a", {"K": "v"}, "t")
+def test_a_given_ci_base_is_not_built(tree):
+    plan = plan_build(request(tree, ci_base_image="rocm/vllm-dev:ci_base"))
+    assert [s.target for s in plan.steps] == ["test"]
+    assert plan.steps[0].build_args["CI_BASE_IMAGE"] == "rocm/vllm-dev:ci_base"
+    assert [s.target for s in plan_build(request(tree, target="final")).steps] == ["final"]
 
 
-def test_unsupported_arch_is_refused_by_the_planner_too():
+def test_input_hash_follows_copied_files_and_args_only(tree):
+    first = plan_build(request(tree)).steps
+    (tree / "docs.md").write_text("not copied by ci_base")
+    again = plan_build(request(tree)).steps
+    assert again[0].input_hash == first[0].input_hash  # ci_base copies named files only
+    assert again[1].input_hash != first[1].input_hash  # test copies the whole tree (ONBUILD COPY ./ vllm/)
+    (tree / "requirements/rocm.txt").write_text("changed")
+    assert plan_build(request(tree)).steps[0].input_hash != first[0].input_hash
+    other_arch = plan_build(request(tree, archs=("gfx950",))).steps
+    assert other_arch[0].input_hash != first[0].input_hash and other_arch[1].input_hash != again[1].input_hash
+
+
+def test_context_sources_of_ci_base(tree):
+    df = vd.load(tree)
+    stages = df.reachable("ci_base", {"REMOTE_VLLM": "0"})
+    assert context.sources(df, stages, df.defaults()) == (
+        "requirements/common.txt", "requirements/rocm.txt", "requirements/test/rocm.txt", "rust-toolchain.toml",
+        "tests/vllm_test_utils", "tools/install_protoc.sh", "tools/install_torchcodec_rocm.sh",
+    )
+
+
+def test_dockerignore_keeps_files_out_of_the_hash(tmp_path):
+    (tmp_path / "a").write_text("1")
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "x").write_text("1")
+    before = context.digest(tmp_path, (".",))
+    (tmp_path / ".dockerignore").write_text("build\n")
+    ignored = context.digest(tmp_path, (".",))
+    (tmp_path / "build" / "x").write_text("2")
+    assert context.digest(tmp_path, (".",)) == ignored != before
+
+
+def test_unknown_target_and_unsupported_arch(tree):
+    with pytest.raises(UsageError, match="choose one of ci_base, test, final"):
+        plan_build(request(tree, target="everything"))
     with pytest.raises(UsageError, match="cannot target gfx90a"):
-        plan_build(request(archs=("gfx90a", "gfx942")), "")
+        plan_build(request(tree, archs=("gfx90a", "gfx942")))
 
 
-def test_vllm_archs_may_add_but_not_drop():
-    plan = plan_build(request(vllm_archs=("gfx90a", "gfx942", "gfx950")), "")
-    assert plan.build_args["VLLM_PYTORCH_ROCM_ARCH"] == "gfx90a;gfx942;gfx950"
-    assert plan.tag.endswith("-vllm-gfx90a-gfx942-gfx950")
-    with pytest.raises(UsageError, match="lacks gfx950"):
-        plan_build(request(vllm_archs=("gfx942",)), "")
+def test_tag_says_target_and_archs():
+    assert image_tag("r/x", "ci_base", ("gfx942",), None) == "r/x:ci-base-gfx942"
+    assert image_tag("r/x", "test", ("gfx942",), ("gfx942",)) == "r/x:test-gfx942"
 
 
-def test_local_vllm_source_changes_context_and_hash(tmp_path):
-    plan = plan_build(request(vllm_src=tmp_path, vllm_src_revision="abc-dirty"), "")
-    assert plan.context == tmp_path and plan.build_args["VLLM_SOURCE"] == "local"
-    other = plan_build(request(vllm_src=tmp_path, vllm_src_revision="abc"), "")
-    assert other.input_hash != plan.input_hash
+def _refusal(tree, archs):
+    co = service.Checkout(tree, vd.load(tree))
+    req = checkmod.ArchRequest(archs, "--arch", ("gfx90a", "gfx942", "gfx950"), "bake")
+    return service.refusal(co, req, checkmod.check(co.dockerfile, req))
 
 
-def test_unknown_target_names_the_choices():
-    with pytest.raises(UsageError, match="choose one of final, rocshmem"):
-        plan_build(request(target="everything"), "")
+def test_non_default_list_is_refused_only_while_the_flow_is_broken(tree):
+    assert _refusal(tree, ("gfx942", "gfx950")) is None  # the default builds what vLLM builds
+    refused = _refusal(tree, ("gfx942",))
+    assert refused is not None and refused.exit_code == 1
+    assert "refusing to build for gfx942: docker/Dockerfile.rocm:505:5: error [deepep-arch-source]" in refused.message
+    path = tree / "docker/Dockerfile.rocm"
+    path.write_text(path.read_text().replace(HARD_CODED, 'export PYTORCH_ROCM_ARCH="${DEEPEP_ROCM_ARCH}"'))
+    assert _refusal(tree, ("gfx942",)) is None
 
 
-def test_tag_is_safe_for_odd_refs():
-    assert image_tag("r/x", "feature/branch name", ("gfx942",), None) == "r/x:deepep-feature-bran-gfx942"
+def test_standin_tree_has_vllms_stage_names_and_arg_names(vllm_fixtures):
+    real, standin = vd.load(vllm_fixtures.parent / "vllm"), vd.load(STANDIN)
+    names = {"build_rocshmem", "build_deepep", "ci_base", "test", "final", "csrc-build", "build_vllm", "export_vllm"}
+    assert names <= {s.name for s in real.stages} and names <= {s.name for s in standin.stages}
+    for arg in ("DEEPEP_ROCM_ARCH", "DEEPEP_BRANCH", "DEEPEP_REPO", "DEEPEP_NIC", "ROCSHMEM_BRANCH", "CI_BASE_IMAGE",
+                "BASE_IMAGE", "REMOTE_VLLM"):
+        assert real.arg(arg).stage == standin.arg(arg).stage, arg
+    assert standin.stage("test").base == real.stage("test").base == "${CI_BASE_IMAGE}"
+    assert vd.deepep_setup_call(standin).flags == vd.deepep_setup_call(real).flags
 
 
-def test_progress_parser_names_the_failing_step():
+def test_progress_parser_names_the_failing_step_and_counts_cached_ones():
     parser = ProgressParser()
     for line in [
+        "#3 [internal] load build context",
+        "#3 DONE 0.1s",
         "#4 [final 2/3] RUN make",
-        "#4 sha256:abc",
-        "#4 0.10 compiling",
+        "#4 CACHED",
+        "#6 [final 1/3] COPY a b",
+        "#6 DONE 0.0s",
         "#5 [final 3/3] RUN exit 3",
         "#5 0.20 about to fail",
         "#5 ERROR: executor failed running [/bin/sh -c exit 3]: exit code: 3",
     ]:
         parser.feed(line)
+    assert parser.counts() == (1, 1)
     error = parser.failure(1, None)
-    assert (
-        error.message
-        == "build failed at [final 3/3] RUN exit 3: executor failed running [/bin/sh -c exit 3]: exit code: 3"
+    assert error.message == (
+        "build failed at [final 3/3] RUN exit 3: executor failed running [/bin/sh -c exit 3]: exit code: 3"
     )
     assert error.hint == "last lines: about to fail"

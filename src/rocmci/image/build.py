@@ -1,4 +1,4 @@
-"""Execute a BuildPlan on the engine: no-op when the image is current, stream progress, explain failures."""
+"""Execute a BuildPlan on the engine: no-op when an image is current, stream progress, explain failures."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 
 from rocmci.engine import Engine
 from rocmci.errors import BuildError, EngineError
-from rocmci.image.plan import BuildPlan
+from rocmci.image.plan import INPUT_HASH_LABEL, BuildPlan, BuildStep
 
 _STEP = re.compile(r"^#(\d+) (\[[^\]]+\] .*)$")
 _ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
 _LOG = re.compile(r"^#(\d+) (?:\d+\.\d+ )?(.*)$")
+_CACHED = re.compile(r"^#(\d+) CACHED$")
+_DONE = re.compile(r"^#(\d+) DONE ")
 TAIL_LINES = 20
 
 
@@ -28,11 +30,19 @@ class ProgressParser:
     failed: str | None = None
     error: str | None = None
     current: str | None = None
+    cached: set[str] = field(default_factory=set)
+    done: set[str] = field(default_factory=set)
 
     def feed(self, line: str) -> None:
         if m := _STEP.match(line):
             self.names.setdefault(m.group(1), m.group(2))
             self.current = m.group(2)
+            return
+        if m := _CACHED.match(line):
+            self.cached.add(m.group(1))
+            return
+        if m := _DONE.match(line):
+            self.done.add(m.group(1))
             return
         if m := _ERROR.match(line):
             self.failed = self.failed or m.group(1)
@@ -42,6 +52,11 @@ class ProgressParser:
             number, text = m.groups()
             if number in self.names and not text.startswith(("sha256:", "DONE", "CACHED")):
                 self.logs.setdefault(number, deque(maxlen=TAIL_LINES)).append(text)
+
+    def counts(self) -> tuple[int, int]:
+        """Dockerfile steps ('[stage i/n] ...') that ran, and that came from the cache."""
+        steps = {n for n, name in self.names.items() if not name.startswith("[internal]")}
+        return len(steps & (self.done - self.cached)), len(steps & self.cached)
 
     def failure(self, returncode: int, tail: deque[str]) -> BuildError:
         if self.failed:
@@ -82,15 +97,20 @@ class BuildResult:
     tag: str
     built: bool  # False when an up-to-date image was already there
     seconds: float
+    ran: int = 0
+    cached: int = 0
 
 
-def build(plan: BuildPlan, engine: Engine, *, live: bool, log: Callable[[str], None]) -> BuildResult:
+def is_current(step: BuildStep, engine: Engine) -> bool:
+    labels = engine.image_labels(step.tag)
+    return labels is not None and labels.get(INPUT_HASH_LABEL) == step.input_hash
+
+
+def build_step(step: BuildStep, engine: Engine, *, live: bool, log: Callable[[str], None]) -> BuildResult:
     started = time.monotonic()
-    if not plan.force:
-        labels = engine.image_labels(plan.tag)
-        if labels is not None and labels.get("rocmci.input-hash") == plan.input_hash:
-            log(f"{plan.tag} is up to date (input hash {plan.input_hash}); nothing to build (--force rebuilds)")
-            return BuildResult(plan.tag, False, time.monotonic() - started)
+    if not step.force and is_current(step, engine):
+        log(f"{step.tag} is up to date ({INPUT_HASH_LABEL} {step.input_hash}); nothing to build (--force rebuilds)")
+        return BuildResult(step.tag, False, time.monotonic() - started)
     parser = ProgressParser()
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     progress = Progress(live)
@@ -100,9 +120,8 @@ def build(plan: BuildPlan, engine: Engine, *, live: bool, log: Callable[[str], N
         parser.feed(line)
         progress(line, parser)
 
-    argv = plan.argv(engine.client)
     try:
-        code = engine.stream(argv, on_line, env=engine.build_env)
+        code = engine.stream(step.argv(engine.client), on_line, env=engine.build_env)
     finally:
         progress.close()
     if code != 0:
@@ -110,19 +129,32 @@ def build(plan: BuildPlan, engine: Engine, *, live: bool, log: Callable[[str], N
             engine.server_version()
         except EngineError:
             raise EngineError(
-                f"the Docker engine stopped while building {plan.tag}",
+                f"the Docker engine stopped while building {step.tag}",
                 hint="start it again and rerun; finished stages come from the build cache",
             ) from None
         raise parser.failure(code, tail)
-    labels = engine.image_labels(plan.tag) or {}
-    if labels.get("rocmci.input-hash") != plan.input_hash:
+    labels = engine.image_labels(step.tag) or {}
+    if labels.get(INPUT_HASH_LABEL) != step.input_hash:
         raise BuildError(
-            f"{plan.tag} was built but lacks label rocmci.input-hash={plan.input_hash}",
-            hint="the Dockerfile's final stage must set LABEL rocmci.input-hash=${ROCMCI_INPUT_HASH}",
+            f"{step.tag} was built but lacks label {INPUT_HASH_LABEL}={step.input_hash}",
+            hint="another build may have replaced the tag meanwhile; rerun",
         )
-    if plan.push:
-        log(f"pushing {plan.tag}")
-        code = engine.stream([engine.client, "push", plan.tag], lambda line: progress(line, parser))
+    if step.push:
+        log(f"pushing {step.tag}")
+        code = engine.stream(step.push_argv(engine.client), lambda line: progress(line, parser))
         if code != 0:
-            raise BuildError(f"docker push {plan.tag} failed with exit {code}", hint="check registry login")
-    return BuildResult(plan.tag, True, time.monotonic() - started)
+            raise BuildError(f"docker push {step.tag} failed with exit {code}", hint="check registry login")
+    ran, cached = parser.counts()
+    return BuildResult(step.tag, True, time.monotonic() - started, ran, cached)
+
+
+def build(plan: BuildPlan, engine: Engine, *, live: bool, log: Callable[[str], None]) -> list[BuildResult]:
+    """Each step in order (ci_base, then test): a step whose image is current is not rebuilt."""
+    results = []
+    for step in plan.steps:
+        result = build_step(step, engine, live=live, log=log)
+        if result.built:
+            log(f"built {result.tag} ({step.target}) in {result.seconds:.0f}s: {result.ran} steps ran, "
+                f"{result.cached} cached")
+        results.append(result)
+    return results

@@ -1,0 +1,105 @@
+"""`image.retarget`: rebuild only rocSHMEM and DeepEP for another arch list on top of an existing vLLM image.
+
+The overlay is rocmci's own docker/Dockerfile.retarget; every pin and DeepEP flag it uses is read from
+vLLM's Dockerfile and passed as a build arg. Planning is pure; the executor builds, then runs
+docker/retarget/verify_deepep.py inside the result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmci import arch as archmod
+from rocmci.errors import BuildError
+from rocmci.image.plan import INPUT_HASH_LABEL, BuildStep
+
+OVERLAY_DIR = Path(__file__).resolve().parents[3] / "docker"
+OVERLAY = OVERLAY_DIR / "Dockerfile.retarget"
+VERIFY = "/opt/rocmci/verify_deepep.py"
+
+
+@dataclass(frozen=True)
+class RetargetRequest:
+    from_image: str
+    from_identity: str  # the image ID when known, so a rebuilt source image is a new input
+    archs: tuple[str, ...]
+    pins: dict[str, str]  # DEEPEP_REPO, DEEPEP_BRANCH, DEEPEP_NIC, ROCSHMEM_REPO, ROCSHMEM_BRANCH
+    setup_flags: tuple[str, ...]
+    sources: dict[str, str]  # build arg -> where it was read (vLLM's file:line), for --dry-run
+    image_repo: str
+    tag: str | None = None
+    network: str | None = None
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class RetargetPlan:
+    step: BuildStep
+    sources: dict[str, str]
+
+    def verify_argv(self, client: str) -> list[str]:
+        expect = self.step.build_args["DEEPEP_ROCM_ARCH"]
+        return [client, "run", "--rm", "--network", "none", self.step.tag, "python3", VERIFY, "--expect", expect]
+
+
+def plan_retarget(request: RetargetRequest, overlay_text: str) -> RetargetPlan:
+    archmod.require_deepep_support(request.archs)
+    listing = archmod.canonical(request.archs)
+    args = {
+        "FROM_IMAGE": request.from_image,
+        "DEEPEP_ROCM_ARCH": listing,
+        **request.pins,
+        "DEEPEP_SETUP_FLAGS": " ".join(request.setup_flags),
+    }
+    h = hashlib.sha256(f"rocmci-retarget-1\0{overlay_text}\0{request.from_identity}\0".encode())
+    for key in sorted(args):
+        h.update(f"{key}={args[key]}\0".encode())
+    digest = h.hexdigest()[:16]
+    tag = request.tag or f"{request.image_repo}:retarget-{archmod.slug(request.archs)}"
+    labels = {
+        "rocmci.arch": listing,
+        "rocmci.retarget.from": request.from_image,
+        "rocmci.deepep.repo": request.pins.get("DEEPEP_REPO", ""),
+        "rocmci.deepep.ref": request.pins.get("DEEPEP_BRANCH", ""),
+        "rocmci.deepep.nic": request.pins.get("DEEPEP_NIC", ""),
+        "rocmci.deepep.flags": args["DEEPEP_SETUP_FLAGS"],
+        "rocmci.rocshmem.repo": request.pins.get("ROCSHMEM_REPO", ""),
+        "rocmci.rocshmem.ref": request.pins.get("ROCSHMEM_BRANCH", ""),
+        "rocmci.target": "retarget",
+        INPUT_HASH_LABEL: digest,
+    }
+    step = BuildStep(
+        target="retarget",
+        tag=tag,
+        dockerfile=OVERLAY,
+        context=OVERLAY_DIR,
+        build_args=args,
+        labels=labels,
+        input_hash=digest,
+        network=request.network,
+        push=False,
+        force=request.force,
+    )
+    return RetargetPlan(step, request.sources)
+
+
+def check_verification(stdout: str, returncode: int, tag: str) -> dict:
+    """The verifier's JSON line, or a BuildError that says what is wrong with the image."""
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    try:
+        result = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        result = None
+    if not isinstance(result, dict):
+        raise BuildError(
+            f"verifying {tag} gave no result (exit {returncode})", hint="run the verifier by hand: " + VERIFY
+        )
+    if returncode != 0 or not result.get("ok"):
+        raise BuildError(
+            f"{tag} was built but DeepEP does not check out: {result.get('error')}",
+            hint="the image is left for inspection; see its labels with `invoke image.inspect`",
+        )
+    return result

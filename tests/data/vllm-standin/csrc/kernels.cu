@@ -1,0 +1,1 @@
+// stand-in for vLLM's HIP/C++ sources: csrc-build copies this folder

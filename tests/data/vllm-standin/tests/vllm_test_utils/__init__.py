@@ -1,0 +1,1 @@
+"""Stand-in for vLLM test utilities (tests only)."""

@@ -1,0 +1,1 @@
+"""Stand-in for the vllm package (tests only)."""
