@@ -97,6 +97,31 @@ def needed_failures(checks: list[Check], purpose: str | None) -> list[Check]:
     return [c for c in checks if c.name in NEEDS[purpose] and not c.ok]
 
 
+STATUS_STYLES = {"ok": "green", "no": "yellow", "MISSING": "bold red"}
+# What each purpose is called in the closing lines, in the order they are told.
+PURPOSE_NAMES = {"pipeline": "pipeline tasks", "build": "image builds", "run": "DeepEP workloads"}
+
+
+def rows(checks: list[Check], purpose: str | None) -> list[tuple[str, str, str]]:
+    """The table: a check the chosen purpose needs and lacks is MISSING, any other failure is 'no'."""
+    needed = {c.name for c in needed_failures(checks, purpose)}
+    return [(c.name, "MISSING" if c.name in needed else ("ok" if c.ok else "no"), c.detail) for c in checks]
+
+
+def verdict(checks: list[Check]) -> list[str]:
+    """One line per purpose, from the same checks as the table, so the two cannot disagree."""
+    by_name = {c.name: c for c in checks}
+    lines = []
+    for purpose, title in PURPOSE_NAMES.items():
+        lacking = [name for name in NEEDS[purpose] if name in by_name and not by_name[name].ok]
+        if lacking:
+            fix = by_name[lacking[0]].fix
+            lines.append(f"{title}: not here, missing {', '.join(lacking)}" + (f" ({fix})" if fix else ""))
+        else:
+            lines.append(f"{title}: ready")
+    return lines
+
+
 def raise_if_missing(checks: list[Check], purpose: str | None) -> None:
     missing = needed_failures(checks, purpose)
     if missing:

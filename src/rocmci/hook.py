@@ -1,33 +1,104 @@
-"""`rocmci-validate FILE...`: the pre-commit hook. Validates vLLM-style step files in any repository.
+"""`rocmci-validate FILE...`: the pre-commit hook for vLLM's repository (`.pre-commit-hooks.yaml`).
 
-An edge like tasks.py: it parses arguments, calls commands.pipeline_validate once per file and
-turns typed errors into one line and an exit code.
+Each file is generated in memory and validated like `invoke pipeline.validate --source FILE`. In a vLLM
+checkout the DeepEP arch list comes from the workspace's settings (vLLM's docker/Dockerfile.rocm, see
+`invoke settings`) and the pool inventory from the workspace's .buildkite/agents.yaml when it has one,
+else from the copy packaged with rocmci. An edge like tasks.py: it parses arguments, and turns typed
+errors into one line and an exit code.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from dataclasses import dataclass
+from typing import Any
 
-from rocmci import commands
+from rocmci import __version__
 from rocmci.errors import RocmciError
+
+PROG = "rocmci-validate"
+
+
+@dataclass(frozen=True)
+class FileResult:
+    name: str
+    report: Any = None  # rocmci.pipeline.validate.Report when the file could be validated
+    error: RocmciError | None = None
+
+    @property
+    def exit_code(self) -> int:
+        if self.error is not None:
+            return self.error.exit_code
+        return 1 if self.report.errors else 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0].strip("`"))
+    p.add_argument("files", nargs="+", metavar="FILE", help="vLLM-style step files (.buildkite/test-amd.yaml)")
+    p.add_argument("--arch", help="archs the image's DeepEP is built for (default: the 'arch' setting)")
+    p.add_argument("--mirror-hw", help="mirror_hardwares value to generate for (default: the 'mirror_hw' setting)")
+    p.add_argument("--json", action="store_true", help="print one JSON document for all files")
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    return p
+
+
+def validate_file(path: str, s) -> FileResult:
+    """Generate `path` in memory and validate it; expected failures become the result's error."""
+    from rocmci import commands
+    from rocmci.pipeline import service
+
+    name = path
+    try:
+        i = service.inputs(s, path)
+        name = i.source_name
+        # The same options `invoke pipeline.validate` builds, from the one function that builds them.
+        opts, _ = commands._generate_options(s, None, None, run_all=False, nightly=False)
+        _, _, report = service.build(i, opts, s.workspace)
+    except RocmciError as exc:
+        return FileResult(name, error=exc)
+    return FileResult(name, report=report)
+
+
+def as_json(results: list[FileResult]) -> str:
+    from rocmci.report import report_dict
+
+    files: list[dict[str, Any]] = []
+    for r in results:
+        if r.error is not None:
+            files.append({"file": r.name, "error": r.error.one_line(), "exit_code": r.error.exit_code})
+        else:
+            files.append(report_dict(r.report, r.name))
+    data = {
+        "files": files,
+        "errors": sum(f.get("errors", 0) for f in files),
+        "warnings": sum(f.get("warnings", 0) for f in files),
+    }
+    return json.dumps(data, indent=2)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rocmci-validate", description=__doc__.splitlines()[0])
-    parser.add_argument("files", nargs="+", help="step files (.buildkite/test-amd.yaml)")
-    parser.add_argument("--arch", help="archs the image's DeepEP is built for (default: the Dockerfile's ARG)")
-    parser.add_argument("--mirror-hw", help="mirror_hardwares value to generate for (default: amdproduction)")
-    args = parser.parse_args(argv)
-    worst = 0
-    for path in args.files:
-        try:
-            code = commands.pipeline_validate(source=path, arch=args.arch, mirror_hw=args.mirror_hw)
-        except RocmciError as exc:
-            print(f"rocmci: {exc.one_line()}", file=sys.stderr)
-            code = exc.exit_code
-        worst = max(worst, code)
-    return worst
+    args = parser().parse_args(argv)
+    from rocmci import report, settings
+
+    try:
+        s = settings.resolve(flags={"arch": args.arch, "mirror_hw": args.mirror_hw})
+    except RocmciError as exc:  # e.g. an unknown ROCMCI_* variable or a broken pyproject.toml
+        print(f"{PROG}: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
+    results = [validate_file(path, s) for path in args.files]
+    if args.json:
+        print(as_json(results))
+    else:
+        out = report.console(sys.stdout)
+        for r in results:
+            if r.error is None:
+                report.print_report(r.report, name=r.name, out=out)
+    for r in results:
+        if r.error is not None:
+            print(f"{PROG}: {r.error.one_line()}", file=sys.stderr)
+    return max(r.exit_code for r in results)
 
 
 if __name__ == "__main__":  # pragma: no cover

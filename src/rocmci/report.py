@@ -1,14 +1,131 @@
-"""Rendering for people (plain tables) and machines (JSON). No decisions are made here."""
+"""Rendering for people (tables and findings, with `rich`) and machines (JSON). No decisions are made here.
+
+Two ways to look, chosen by where the output goes (`terminal_mode`):
+- a person at a terminal: layouts fit the terminal's width and wrap between words, findings are grouped
+  under their file (the path is shown once), colour unless NO_COLOR or TERM=dumb;
+- anything else (a pipe, a file, CI logs): plain lines, never wrapped, never coloured; findings in the
+  compiler format `file:line:col: severity [rule] message` that editors and log matchers understand.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+import os
+import shlex
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from io import StringIO
+from typing import IO, Any
+
+GAP = 2  # spaces between table columns
+INDENT = 2  # findings under their file, fields of a stacked record
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+@dataclass(frozen=True)
+class Mode:
+    interactive: bool  # a person at a terminal: fit the width, group, wrap between words
+    colour: bool
+    width: int | None  # columns of the terminal; None when the output is not one
+
+
+def terminal_mode(stream: IO[str] | None = None, env: Mapping[str, str] | None = None) -> Mode:
+    """Decide layout and colour from the stream and the conventional variables.
+
+    CI logs are read later, in a browser, at any width: plain lines there even when the CI agent runs
+    commands in a pseudo-terminal (Buildkite does). NO_COLOR (no-color.org) and TERM=dumb keep the
+    terminal layout and drop the colour.
+    """
+    stream = sys.stdout if stream is None else stream
+    env = os.environ if env is None else env
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # closed or not a real file
+        tty = False
+    in_ci = env.get("CI", "").lower() not in ("", "0", "false")
+    interactive = tty and not in_ci
+    if not interactive:
+        return Mode(False, False, None)
+    colour = "NO_COLOR" not in env and env.get("TERM", "") != "dumb"
+    return Mode(True, colour, _terminal_width(stream, env))
+
+
+def _terminal_width(stream: IO[str], env: Mapping[str, str]) -> int:
+    try:
+        width = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        width = 0
+    if width <= 0:  # a pseudo-terminal nobody sized (pre-commit's, for one): COLUMNS, else 80
+        columns = env.get("COLUMNS", "")
+        width = int(columns) if columns.isdigit() and int(columns) > 0 else 80
+    return width
+
+
+def console(stream: IO[str] | None = None, mode: Mode | None = None):
+    """A rich Console for `stream` that follows `terminal_mode` (markup off: messages are data)."""
+    from rich.console import Console
+
+    stream = sys.stdout if stream is None else stream
+    mode = terminal_mode(stream) if mode is None else mode
+    return Console(
+        file=stream,
+        width=mode.width or 10_000,
+        force_terminal=mode.interactive,
+        color_system="auto" if mode.colour else None,
+        no_color=not mode.colour,
+        markup=False,
+        emoji=False,
+        highlight=False,
+        soft_wrap=not mode.interactive,
+    )
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 error', '2 errors', '1 generated step': `noun` is singular."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _singular(noun_phrase: str) -> str:
+    return noun_phrase[:-1] if noun_phrase.endswith("s") else noun_phrase
+
+
+# ---------------------------------------------------------------------------------------------- tables
+
+
+def _words(text: str) -> list[str]:
+    return text.split() or [""]
+
+
+def column_widths(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int) -> list[int] | None:
+    """Widths that fit `width` without breaking a word, or None when no such widths exist.
+
+    Columns that are narrow anyway keep their natural width; the widest are cut down to a common cap,
+    never below their longest word. Pure, so the layout is tested without a terminal.
+    """
+    cells = [list(headers), *[list(r) for r in rows]]
+    natural = [max(len(line) for row in cells for line in row[i].splitlines() or [""]) for i in range(len(headers))]
+    least = [max(len(w) for row in cells for w in _words(row[i])) for i in range(len(headers))]
+    room = width - GAP * (len(headers) - 1)
+    if sum(natural) <= room:
+        return natural
+    if sum(least) > room:
+        return None
+
+    def capped(cap: int) -> list[int]:
+        return [max(m, min(n, cap)) for n, m in zip(natural, least, strict=True)]
+
+    cap = max(natural)
+    while sum(capped(cap)) > room:
+        cap -= 1
+    widths = capped(cap)
+    # Columns at the cap that want more share what the cap left over, one column each.
+    for i in [i for i in range(len(widths)) if natural[i] > widths[i]][: room - sum(widths)]:
+        widths[i] += 1
+    return widths
+
+
+def _plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    cells = [list(headers), *[list(r) for r in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = []
     for n, row in enumerate(cells):
@@ -18,14 +135,249 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def _styled(text: str, styles: Mapping[str, str] | None):
+    from rich.text import Text
+
+    return Text(text, style=(styles or {}).get(text, ""))
+
+
+def _rich_table(headers, rows, widths: list[int], styles):
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table.grid(padding=(0, GAP, 0, 0), pad_edge=False)
+    for w in widths:
+        grid.add_column(width=w, overflow="fold")
+    grid.add_row(*(Text(h, style="bold") for h in headers))
+    grid.add_row(*(Text("─" * w, style="dim") for w in widths))
+    for row in rows:
+        grid.add_row(*(_styled(c, styles) for c in row))
+    return grid
+
+
+def _stacked(headers, rows, styles):
+    """One record per row: the first cell as a heading, the others indented under it, named by header."""
+    from rich.console import Group
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
+
+    parts = []
+    label_width = max(len(h) for h in headers[1:])
+    for row in rows:
+        parts.append(Text(row[0], style="bold"))
+        fields = Table.grid(padding=(0, GAP, 0, 0))
+        fields.add_column(width=label_width, no_wrap=True, style="dim")
+        fields.add_column(overflow="fold")
+        for header, cell in zip(headers[1:], row[1:], strict=True):
+            fields.add_row(header, _styled(cell, styles))
+        parts.append(Padding(fields, (0, 0, 0, INDENT)))
+    return Group(*parts)
+
+
+def _folded_fits(headers, rows, width: int) -> bool:
+    first = max(len(r[0]) for r in [headers, *rows])
+    label = max(len(h) for h in headers[2:])
+    second = max(len(w) for r in rows for w in _words(r[1]))
+    rest = label + GAP + max(len(w) for r in rows for c in r[2:] for w in _words(c))
+    return first + GAP + max(second, rest, len(headers[1])) <= width
+
+
+def _folded(headers, rows, styles):
+    """Two columns; the third and later columns go under the second, named by their header, dimmed."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table.grid(padding=(0, GAP, 0, 0))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row(Text(headers[0], style="bold"), Text(headers[1], style="bold"))
+    label_width = max(len(h) for h in headers[2:])
+    for row in rows:
+        rest = Table.grid(padding=(0, GAP, 0, 0))
+        rest.add_column(width=label_width, no_wrap=True, style="dim")
+        rest.add_column(overflow="fold", style="dim")
+        for header, cell in zip(headers[2:], row[2:], strict=True):
+            rest.add_row(header, _styled(cell, styles))
+        grid.add_row(row[0], Group(_styled(row[1], styles), rest))
+    return grid
+
+
+def table_renderable(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int, styles=None):
+    """A rich renderable for a terminal `width` columns wide that never breaks a word it can keep whole.
+
+    The table itself when its words fit; else the first two columns with the others folded under the
+    second; else one record per row.
+    """
+    headers = [str(h) for h in headers]
+    text_rows = [[str(c) for c in row] for row in rows]
+    widths = column_widths(headers, text_rows, width)
+    if widths is not None or len(headers) == 1:
+        return _rich_table(headers, text_rows, widths or [width], styles)
+    if len(headers) > 2 and text_rows and _folded_fits(headers, text_rows, width):
+        return _folded(headers, text_rows, styles)
+    return _stacked(headers, text_rows, styles)
+
+
+def _render(renderable, mode: Mode) -> str:
+    buffer = StringIO()
+    out = console(buffer, mode)
+    out.print(renderable)
+    return "\n".join(line.rstrip() for line in buffer.getvalue().rstrip("\n").splitlines())
+
+
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    styles: Mapping[str, str] | None = None,
+    stream: IO[str] | None = None,
+) -> str:
+    """A table as text for `stream` (default stdout): fitted and coloured on a terminal, plain otherwise.
+
+    `styles` maps a cell's exact text to a rich style (e.g. {"ok": "green"}); used only in colour.
+    """
+    mode = terminal_mode(stream)
+    if not mode.interactive:
+        return _plain_table([str(h) for h in headers], [[str(c) for c in row] for row in rows])
+    return _render(table_renderable(headers, rows, mode.width or 80, styles), mode)
+
+
+def lines(texts: Sequence[str], *, stream: IO[str] | None = None) -> str:
+    """Sentences for `stream`: on a terminal each wraps between words, continued under its own text."""
+    mode = terminal_mode(stream)
+    if not mode.interactive:
+        return "\n".join(texts)
+    from rich.console import Group
+    from rich.text import Text
+
+    return _render(Group(*(Text(t) for t in texts)), mode)
+
+
+# -------------------------------------------------------------------------------------------- findings
+
+
+def _path(finding: Any) -> str:
+    """The file a finding is in: `path`, or `file` as rocmci.pipeline.findings.Finding names it."""
+    return str(getattr(finding, "path", None) or getattr(finding, "file", ""))
+
+
+def finding_line(f: Any) -> str:
+    """The compiler format, one line, for logs, pipes and editors."""
+    origin = getattr(f, "origin", None)
+    tail = f" (from {origin})" if origin else ""
+    return f"{_path(f)}:{f.line}:{f.col}: {f.severity} [{f.rule}] {f.message}{tail}"
+
+
+def finding_dict(f: Any) -> dict[str, Any]:
+    return {
+        "file": _path(f),
+        "line": f.line,
+        "col": f.col,
+        "severity": f.severity,
+        "rule": f.rule,
+        "message": f.message,
+        "origin": getattr(f, "origin", None),
+    }
+
+
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow"}
+
+
+def _group(findings: Iterable[Any]) -> dict[str, list[Any]]:
+    groups: dict[str, list[Any]] = {}
+    for f in findings:
+        groups.setdefault(_path(f), []).append(f)
+    return groups
+
+
+def _findings_renderable(findings: Sequence[Any]):
+    """Findings under their file: `line:col  severity  message  rule`, the message wrapped between words."""
+    from rich.console import Group
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
+
+    parts = []
+    for path, group in _group(findings).items():
+        parts.append(Text(path, style="bold underline"))
+        pos_width = max(len(f"{f.line}:{f.col}") for f in group)
+        sev_width = max(len(str(f.severity)) for f in group)
+        grid = Table.grid(padding=(0, GAP, 0, 0))
+        grid.add_column(width=pos_width, no_wrap=True, justify="right", style="dim")
+        grid.add_column(width=sev_width, no_wrap=True)
+        grid.add_column(overflow="fold")
+        for f in group:
+            message = Text(str(f.message))
+            origin = getattr(f, "origin", None)
+            if origin:
+                # The heading already names the file: an origin in it is just a line.
+                local = origin.removeprefix(f"{path}:")
+                message.append(f" (from line {local})" if local != origin else f" (from {origin})", style="dim")
+            message.append(f"  {f.rule}", style="dim cyan")
+            grid.add_row(f"{f.line}:{f.col}", Text(str(f.severity), style=_SEVERITY_STYLE.get(f.severity, "")), message)
+        parts.append(Padding(grid, (0, 0, 0, INDENT)))
+    return Group(*parts)
+
+
+def render_findings(findings: Sequence[Any], out) -> None:
+    """Print findings to a rich Console made by `console()`.
+
+    Findings are objects with path (or file), line, col, severity, rule, message and optionally origin.
+    On a terminal they are grouped under their file and fitted to its width; elsewhere one line each.
+    """
+    if not findings:
+        return
+    if not out.is_terminal:
+        for f in findings:
+            out.print(finding_line(f), soft_wrap=True)
+        return
+    out.print(_findings_renderable(findings))
+
+
+def summary_line(name: str | None, errors: int, warnings: int, steps: int, subject: str = "step") -> str:
+    """'test-amd.yaml: 1 error, 0 warnings in 190 steps'; `subject` is what `steps` counts, either number."""
+    head = f"{name}: " if name else ""
+    return f"{head}{plural(errors, 'error')}, {plural(warnings, 'warning')} in {plural(steps, _singular(subject))}"
+
+
+def render_summary(name: str | None, errors: int, warnings: int, steps: int, subject: str, out) -> None:
+    from rich.text import Text
+
+    style = "bold red" if errors else ("yellow" if warnings else "green")
+    out.print(Text(summary_line(name, errors, warnings, steps, subject), style=style), soft_wrap=not out.is_terminal)
+
+
+def report_dict(report: Any, name: str | None = None) -> dict[str, Any]:
+    """A validation report (findings, errors, warnings, steps, subject) for machines."""
+    data: dict[str, Any] = {"file": name} if name else {}
+    data.update(
+        errors=report.errors,
+        warnings=report.warnings,
+        steps=report.steps,
+        subject=getattr(report, "subject", "steps"),
+        findings=[finding_dict(f) for f in report.findings],
+    )
+    return data
+
+
+def print_report(report: Any, *, name: str | None = None, out=None) -> None:
+    """Findings then the summary line of one validation report, for people."""
+    out = console() if out is None else out
+    render_findings(report.findings, out)
+    render_summary(name, report.errors, report.warnings, report.steps, getattr(report, "subject", "steps"), out)
+
+
+# ----------------------------------------------------------------------------------------------- other
+
+
 def to_json(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True)
 
 
 def shell_lines(argv: list[str]) -> str:
     """An exact command, shell-quoted, a flag and its value per line: readable and copy-pastable."""
-    import shlex
-
     lines: list[str] = []
     i = 0
     while i < len(argv):

@@ -11,7 +11,8 @@ from tests.unit.test_gpus import make_node
 def test_doctor_without_gpus_says_so_and_shows_the_engine(engine):
     done = run_invoke("doctor")
     assert done.returncode == 0, done.stderr
-    assert "No AMD GPU on this host" in done.stdout
+    assert "no AMD GPU on this host" in done.stdout  # the AMD GPUs check
+    assert "DeepEP workloads: not here, missing /dev/kfd, render nodes, AMD GPUs" in done.stdout
     assert f"server {engine.server_version()}" in done.stdout
     assert "Traceback" not in done.stderr
 
