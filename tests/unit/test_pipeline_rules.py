@@ -73,6 +73,8 @@ def test_binary_and_non_utf8_files_are_refused():
 )
 def test_interpolation_pattern(text, names):
     assert [m.group(1) for m in INTERPOLATION.finditer(text)] == names
+    # the fast scan over a whole document finds the same names
+    assert rules._names(text) == {n.strip("{}") for n in names}
 
 
 def test_parallel_size_reads_tp_and_dp_spellings():

@@ -63,11 +63,35 @@ class StepRef:
 Reporter = Callable[[Path_, str, str, str], Finding]
 
 
+def written_commands(step: StepRef) -> list[tuple[Path_, str]]:
+    """(path, text) of everything a step of a pipeline file runs: its commands and the runner's env."""
+    data = step.data
+    if not isinstance(data, dict):
+        return []
+    out: list[tuple[Path_, str]] = []
+    for name in ("command", "commands"):
+        value = data.get(name)
+        if isinstance(value, str):
+            out.append(((*step.path, name), value))
+        elif isinstance(value, list):
+            out += [((*step.path, name, i), v) for i, v in enumerate(value) if isinstance(v, str)]
+    env = data.get("env")
+    if isinstance(env, dict):
+        for name, value in env.items():
+            if isinstance(value, str) and (name == "VLLM_TEST_COMMANDS" or str(name).startswith("VLLM_NODE_COMMAND_")):
+                if name != "VLLM_NODE_COMMAND_COUNT":
+                    out.append(((*step.path, "env", name), value))
+    return out
+
+
 @dataclass
 class Pipeline:
     data: dict[str, Any]  # mapping form; a list-form file is wrapped as {"steps": [...]}
     steps: list[StepRef]
     report: Reporter
+    # What each step runs, one entry per command; a generated pipeline answers with the step file's own
+    # commands, so that findings point at the command's line rather than at the joined VLLM_TEST_COMMANDS.
+    commands: Callable[[StepRef], list[tuple[Path_, str]]] = written_commands
 
     @property
     def env(self) -> dict[str, Any]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -12,6 +14,7 @@ import yaml
 from rocmci.arch import parse_arch_list
 from rocmci.errors import InputError, UsageError
 from rocmci.files import read_lines
+from rocmci.pipeline import bootstrap as boot
 from rocmci.pipeline import generate as gen
 from rocmci.pipeline import inventory as inv
 from rocmci.pipeline import rules, source, validate
@@ -21,6 +24,9 @@ try:
     from yaml import CSafeDumper as _Dumper
 except ImportError:  # pragma: no cover
     from yaml import SafeDumper as _Dumper  # type: ignore[assignment]
+
+
+_GIT_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/~^@{}-]{0,199}")
 
 
 @dataclass(frozen=True)
@@ -62,31 +68,96 @@ def context(i: Inputs, workspace: Path) -> rules.Context:
 
 
 def changed_files(changed_file: str | None, diff_base: str | None, workspace: Path) -> tuple[str, ...] | None:
+    """The changed paths: from a file, or `git diff` against the merge base as bootstrap-amd.sh computes them."""
     if changed_file and diff_base:
         raise UsageError("give --changed-files or --diff-base, not both")
     if changed_file:
         return read_lines(Path(changed_file))
     if diff_base:
-        if diff_base.startswith("-"):
+        if diff_base.startswith("-") or not _GIT_REF.fullmatch(diff_base):
             raise UsageError(f"--diff-base {diff_base!r} is not a git ref")
         proc = subprocess.run(
-            ["git", "diff", "--name-only", f"{diff_base}...HEAD", "--"],
+            ["git", "diff", "--name-only", "--diff-filter=ACMDR", f"{diff_base}...HEAD", "--"],
             cwd=workspace,
             capture_output=True,
             text=True,
             check=False,
         )
         if proc.returncode != 0:
-            raise UsageError(f"git diff against {diff_base!r} failed: {proc.stderr.strip().splitlines()[-1:]}")
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise UsageError(
+                f"git diff against {diff_base!r} failed: {last}", hint="fetch the ref, or use --changed-files"
+            )
         return tuple(line for line in proc.stdout.splitlines() if line)
     return None
+
+
+def bootstrap_request(s: Settings, changed: tuple[str, ...] | None, run_all: bool, nightly: bool, env=None):
+    """What bootstrap-amd.sh would read: the settings stand in for its environment variables."""
+    env = os.environ if env is None else env
+    return boot.Request(
+        changed=changed or (),
+        branch=s.branch or env.get("BUILDKITE_BRANCH", ""),
+        run_all=run_all,
+        nightly=nightly,
+        pipeline_slug=env.get("BUILDKITE_PIPELINE_SLUG", ""),
+        mirror_hw=s.mirror_hw,
+        base_refresh_skip=s.base_refresh_skip,
+        base_refresh_force=s.base_refresh_force,
+    )
+
+
+def user_deepep_arch(s: Settings) -> str | None:
+    """DEEPEP_ROCM_ARCH for the image steps, only when the user set the arch (not the Dockerfile default)."""
+    if not s.origin("arch").startswith(("flag", "env", "pyproject")):
+        return None
+    return ";".join(parse_arch_list(s.require("arch"), what="arch list"))
+
+
+def options(s: Settings, changed: tuple[str, ...] | None, run_all: bool, nightly: bool, env=None):
+    """(generator options, bootstrap decision) for these settings and changed files."""
+    decision = boot.decide(bootstrap_request(s, changed, run_all, nightly, env))
+    opts = gen.Options(inputs=decision.inputs, ci_image=s.ci_image, deepep_arch=user_deepep_arch(s))
+    return opts, decision
+
+
+def plan(i: Inputs, opts: gen.Options, decision: boot.Decision) -> dict:
+    """Why the pipeline looks as it does: bootstrap's decisions, then each step's."""
+    inputs = decision.inputs
+    lines = [f"no pipeline: {decision.skip}"] if decision.skip else []
+    lines += list(decision.reasons) or ["run_all 0, nightly 0: steps run when a changed file matches them"]
+    changed = [f for f in inputs.changed if f]
+    if changed and inputs.run_all != "1" and inputs.nightly != "1":
+        lines.append(
+            f"changed files ({len(changed)}): " + ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else "")
+        )
+    elif not changed:
+        lines.append("no changed files given (--changed-files or --diff-base): only steps without dependencies run")
+    lines.append(f"mirror_hw {inputs.mirror_hw}; branch {inputs.branch or '(none)'}")
+    steps = []
+    if not decision.skip:
+        src = source.load_source(i.source_path, i.source_name)
+        for step in src.steps:
+            d = gen.decide(step, inputs, inputs.changed)
+            steps.append({"action": d.action, "pool": step.pool, "label": step.label, "reason": d.reason})
+    return {"bootstrap": lines, "inputs": inputs.variables(), "steps": steps}
+
+
+def diff(template: Path, i: Inputs, opts: gen.Options):
+    """ci-infra's render of `template` vs rocmci's generator, field by field."""
+    from rocmci.pipeline import citemplate, conformance
+
+    rendered = citemplate.render_ci_infra(template, i.source_path, opts.inputs)
+    reference = citemplate.parse_pipeline(rendered, f"{template} rendered")
+    src = source.load_source(i.source_path, i.source_name)
+    ours = gen.generate(src, opts).pipeline["steps"]
+    return conformance.compare(reference, ours)
 
 
 def build(i: Inputs, opts: gen.Options, workspace: Path) -> tuple[source.SourceFile, gen.Generated, validate.Report]:
     src = source.load_source(i.source_path, i.source_name)
     ctx = context(i, workspace)
-    queues = {name: pool.queue for name, pool in ctx.inventory.pools.items()}
-    generated = gen.generate(src, replace(opts, queues=queues))
+    generated = gen.generate(src, opts)
     report = validate.validate_generated(src, generated, ctx)
     return src, generated, report
 

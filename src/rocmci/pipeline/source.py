@@ -9,7 +9,7 @@ from typing import Any
 
 from rocmci.errors import InputError
 from rocmci.pipeline import yamldoc
-from rocmci.pipeline.findings import ERROR, Finding
+from rocmci.pipeline.findings import ERROR, WARNING, Finding
 
 # The step format as vLLM's AMD generator reads it: key -> (expected type name, checker).
 _STR = ("a string", lambda v: isinstance(v, str))
@@ -112,6 +112,17 @@ def check_step(doc: yamldoc.Document, index: int, step: Any) -> list[Finding]:
         )
     elif "commands" not in step and "command" not in step:
         out.append(Finding.at(doc, path, "source-schema", ERROR, "step has no 'commands'"))
+    if "env" in step and not step.get("no_plugin"):
+        out.append(
+            Finding.at(
+                doc,
+                (*path, "env"),
+                "source-schema",
+                WARNING,
+                "the template passes a step's env only with no_plugin: true; these variables never reach the job "
+                "(put them in front of the command instead)",
+            )
+        )
     for key in ("num_gpus", "timeout_in_minutes", "parallelism", "num_nodes"):
         value = step.get(key)
         if _INT[1](value) and value < 1:
@@ -119,6 +130,15 @@ def check_step(doc: yamldoc.Document, index: int, step: Any) -> list[Finding]:
                 Finding.at(doc, (*path, key), "source-schema", ERROR, f"'{key}' must be at least 1, got {value}")
             )
     return out
+
+
+def generatable(step: Any) -> bool:
+    """Whether the template can make a step of it: unknown keys are ignored, wrong types are not guessed at."""
+    if not isinstance(step, dict) or any(key not in step for key in REQUIRED):
+        return False
+    if "commands" not in step and "command" not in step:
+        return False
+    return all(STEP_KEYS[key][1](value) for key, value in step.items() if key in STEP_KEYS)
 
 
 def _kind(value: Any) -> str:
@@ -150,9 +170,8 @@ def from_document(doc: yamldoc.Document) -> SourceFile:
             findings.append(Finding.at(doc, (extra,), "source-schema", ERROR, f"unknown top-level key '{extra}'"))
     steps = []
     for i, raw in enumerate(raw_steps):
-        problems = check_step(doc, i, raw)
-        findings.extend(problems)
-        if not problems:
+        findings.extend(check_step(doc, i, raw))
+        if generatable(raw):
             steps.append(SourceStep(index=i, data=raw, where=doc.where(("steps", i))))
     seen: dict[tuple[str, str], SourceStep] = {}
     for step in steps:

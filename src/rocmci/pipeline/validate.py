@@ -10,8 +10,10 @@ from rocmci.errors import InputError
 from rocmci.pipeline import rules, schema, yamldoc
 from rocmci.pipeline.findings import ERROR, Finding
 from rocmci.pipeline.generate import ORIGIN_ENV, Generated
-from rocmci.pipeline.model import Pipeline, walk_steps
-from rocmci.pipeline.source import SourceFile
+from rocmci.pipeline.model import Pipeline, walk_steps, written_commands
+from rocmci.pipeline.source import SourceFile, SourceStep
+
+GROUP_STEPS = ("steps", 0, "steps")  # generated test steps live in the "AMD Tests" group
 
 # Where a key of a generated step came from in the source step.
 _SOURCE_KEY = {
@@ -22,6 +24,8 @@ _SOURCE_KEY = {
     "parallelism": "parallelism",
     "VLLM_TEST_COMMANDS": "commands",
     "VLLM_CI_EXPECTED_GPU_COUNT": "num_gpus",
+    "amd.com/gpu": "num_gpus",
+    "depends_on": "label",
 }
 
 
@@ -87,8 +91,7 @@ def validate_pipeline_document(doc: yamldoc.Document, ctx: rules.Context) -> Rep
         return path[1:] if prefix_fix and path and path[0] == "steps" else path
 
     def report_at(path, rule, severity, message):
-        step_path = path[:2]
-        origin = origins.get(step_path)
+        origin = origins.get(path[:4]) or origins.get(path[:2])  # a group member, or a top-level step
         return Finding.at(doc, to_doc_path(path), rule, severity, message, origin)
 
     steps = walk_steps(data, lambda path, step: _origin_from_env(step))
@@ -104,27 +107,57 @@ def validate_pipeline_file(path: Path, ctx: rules.Context, display: str | None =
     return validate_pipeline_document(yamldoc.load(path, display), ctx)
 
 
+def _source_path(step: SourceStep, rest: tuple) -> tuple:
+    """Where in the step file the part of a generated step at `rest` came from."""
+    base = ("steps", step.index)
+    if rest[:1] in (("commands",), ("command",)):
+        return (*base, *rest)  # the virtual per-command paths of _source_commands
+    if rest[:1] == ("env",) and len(rest) > 1 and rest[1] in (step.data.get("env") or {}):
+        return (*base, "env", rest[1])  # a no_plugin step's env entry, copied from the step file
+    src_key = next((_SOURCE_KEY[p] for p in reversed(rest) if p in _SOURCE_KEY), None)
+    return (*base, src_key) if src_key and src_key in step.data else base
+
+
+def _source_commands(generated: Generated):
+    """Each generated test step runs its step file commands: check those, one by one, at their own lines."""
+
+    def commands(ref) -> list:
+        path = ref.path
+        if len(path) == 4 and path[:3] == GROUP_STEPS and isinstance(ref.data, dict) and "command" in ref.data:
+            step = generated.origins[path[3]]
+            if step is not None:
+                data = step.data
+                if isinstance(data.get("command"), str):
+                    return [((*path, "command"), data["command"])]
+                return [
+                    ((*path, "commands", i), c) for i, c in enumerate(data.get("commands") or []) if isinstance(c, str)
+                ]
+        return written_commands(ref)
+
+    return commands
+
+
 def validate_generated(source: SourceFile, generated: Generated, ctx: rules.Context) -> Report:
-    """A pipeline generated in memory: findings point at the source step that produced the bad part."""
+    """A pipeline generated in memory: findings point at the source step (and line) that produced the bad part."""
     doc = source.doc
-    image_where = f"<generated image step from {source.filename}>"
+    where_generated = f"<generated from {source.filename}>"
 
     def report_at(path, rule, severity, message):
-        step = generated.origins[path[1]] if len(path) >= 2 and isinstance(path[1], int) else None
+        inside = len(path) >= 4 and path[:3] == GROUP_STEPS and isinstance(path[3], int)
+        step = generated.origins[path[3]] if inside else None
         if step is None:
-            return Finding(image_where, 1, 1, rule, severity, f"generated step {path}: {message}")
-        src_env = step.data.get("env") or {}
-        if path[2:3] == ("env",) and len(path) > 3 and path[3] in src_env:
-            src_path = ("steps", step.index, "env", path[3])  # an env entry copied from the step file
-        else:
-            src_key = next((_SOURCE_KEY[p] for p in reversed(path[2:]) if p in _SOURCE_KEY), None)
-            src_path = ("steps", step.index, src_key) if src_key and src_key in step.data else ("steps", step.index)
-        key = generated.pipeline["steps"][path[1]].get("key", "?")
+            return Finding(where_generated, 1, 1, rule, severity, f"template step {path}: {message}")
+        key = generated.steps[path[3]].get("key") or generated.steps[path[3]].get("label", "?")
         origin = f"{doc.filename}:{doc.pos(('steps', step.index)).line}"
-        return Finding.at(doc, src_path, rule, severity, f"{message} [generated step {key}]", origin)
+        return Finding.at(doc, _source_path(step, path[4:]), rule, severity, f"{message} [step {key}]", origin)
 
     steps = walk_steps(generated.pipeline, lambda path, step: None)
-    pipeline = Pipeline(generated.pipeline, steps, report_at)
-    report = Report(findings=list(source.findings) + check(pipeline, ctx), steps=len(steps), subject="generated steps")
+    pipeline = Pipeline(generated.pipeline, steps, report_at, _source_commands(generated))
+    findings = list(source.findings) + check(pipeline, ctx)
+    findings += [
+        Finding.at(doc, ("steps", pr.step.index, pr.key), "template-escape", ERROR, pr.message)
+        for pr in generated.problems
+    ]
+    report = Report(findings=findings, steps=len(steps), subject="generated steps")
     report.findings.sort()
     return report

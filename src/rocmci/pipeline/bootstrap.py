@@ -1,0 +1,142 @@
+"""The decisions ci-infra's bootstrap-amd.sh makes before it renders the template, as a pure function.
+
+bootstrap-amd.sh turns the changed files (vs the merge base on a PR branch, HEAD~1 on main) into the
+template's inputs: docs-only changes skip the pipeline, a few paths force run_all or nightly, and
+everything else is passed on as `list_file_diff` ("a|b|c"; the sentinels "run_all" / "nightly" when
+full coverage was chosen). Every decision keeps the rule and the file that made it, for `pipeline.plan`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+ROCM_BASE_DOCKERFILE = "docker/Dockerfile.rocm_base"
+# A change under any of these can affect every test (bootstrap-amd.sh `patterns`) ...
+RUN_ALL_PATTERNS = (
+    "docker/Dockerfile.rocm",
+    "CMakeLists.txt",
+    "requirements/common.txt",
+    "requirements/rocm.txt",
+    "requirements/build/rocm.txt",
+    "requirements/test/rocm.txt",
+    "setup.py",
+    "csrc/",
+    "cmake/",
+)
+# ... except these CPU-only parts (`ignore_patterns`).
+RUN_ALL_IGNORED = ("csrc/cpu", "cmake/cpu_extension.cmake")
+NIGHTLY_PATTERNS = (ROCM_BASE_DOCKERFILE,)
+RUN_ALL_LABEL = "ready-run-all-tests"
+FASTCHECK_SLUG = "fastcheck"
+FASTCHECK_MIRROR = "amdtentative"
+
+
+@dataclass(frozen=True)
+class TemplateInputs:
+    """The -D variables bootstrap-amd.sh gives minijinja-cli: all strings, exactly as the template sees them."""
+
+    branch: str = ""
+    list_file_diff: str = ""
+    run_all: str = "0"
+    nightly: str = "0"
+    torch_nightly: str = "0"
+    mirror_hw: str = "amdproduction"
+    fail_fast: str = "false"
+    vllm_use_precompiled: str = "1"
+    vllm_merge_base_commit: str = ""
+    cov_enabled: str = "0"
+    vllm_ci_branch: str = "main"
+    rocm_base_refresh_skip: str = "0"
+    rocm_base_refresh_force: str = "0"
+
+    def variables(self) -> dict[str, str]:
+        return dict(self.__dict__)
+
+    @property
+    def changed(self) -> list[str]:
+        """list_file_diff split as the template splits it (CR dropped, newlines and '|' separate)."""
+        return self.list_file_diff.replace("\r", "").replace("\n", "|").split("|")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What bootstrap-amd.sh reads from its environment and git."""
+
+    changed: Sequence[str] | None = ()  # None: the diff could not be computed (bootstrap then runs all)
+    branch: str = ""
+    run_all: bool = False  # RUN_ALL=1 in the environment
+    nightly: bool = False  # NIGHTLY=1 (e.g. a scheduled build)
+    labels: Sequence[str] = ()  # PR labels
+    pipeline_slug: str = ""
+    mirror_hw: str = "amdproduction"
+    docs_only_disable: bool = False
+    base_refresh_skip: bool = False
+    base_refresh_force: bool = False
+    merge_base: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    inputs: TemplateInputs
+    skip: str | None = None  # why no pipeline is uploaded at all (docs-only change)
+    reasons: tuple[str, ...] = field(default=())  # why run_all / nightly are what they are
+
+
+def docs_only(paths: Sequence[str]) -> bool:
+    files = [p for p in paths if p]
+    return bool(files) and all(p.startswith("docs/") or p.endswith(".md") or p == "mkdocs.yaml" for p in files)
+
+
+def _matches(path: str, patterns: Sequence[str]) -> str | None:
+    # bash `[[ $file == $pattern* ]]`: a plain prefix test (no glob characters in these patterns)
+    return next((p for p in patterns if path.startswith(p)), None)
+
+
+def decide(req: Request) -> Decision:
+    reasons: list[str] = []
+    run_all, nightly = req.run_all, req.nightly
+    if run_all:
+        reasons.append("run_all: RUN_ALL=1 was set")
+    if nightly:
+        reasons.append("nightly: NIGHTLY=1 was set")
+    changed = [p.replace("\r", "") for p in (req.changed or ())]
+    if req.changed is None:
+        run_all = True
+        reasons.append("run_all: the changed files could not be computed")
+    mirror = FASTCHECK_MIRROR if req.pipeline_slug == FASTCHECK_SLUG else req.mirror_hw
+    if mirror != req.mirror_hw:
+        reasons.append(f"mirror_hw {mirror}: the {FASTCHECK_SLUG} pipeline uses it")
+    if not req.docs_only_disable and docs_only(changed):
+        return Decision(TemplateInputs(), skip="only docs/**, *.md or mkdocs.yaml changed: no pipeline")
+    for path in filter(None, changed):
+        hit = _matches(path, NIGHTLY_PATTERNS)
+        if hit:
+            nightly = True
+            reasons.append(f"nightly: {path} changed (pattern {hit})")
+            continue
+        hit = _matches(path, RUN_ALL_PATTERNS)
+        if hit and not _matches(path, RUN_ALL_IGNORED):
+            run_all = True
+            reasons.append(f"run_all: {path} changed (pattern {hit})")
+    if RUN_ALL_LABEL in req.labels:
+        run_all = nightly = True
+        reasons.append(f"run_all and nightly: the PR has the label {RUN_ALL_LABEL}")
+    if run_all:
+        listing = "run_all"
+    elif nightly:
+        listing = "nightly"
+    else:
+        listing = "|".join(p for p in changed if p)
+    inputs = TemplateInputs(
+        branch=req.branch,
+        list_file_diff=listing,
+        run_all="1" if run_all else "0",
+        nightly="1" if nightly else "0",
+        mirror_hw=mirror,
+        vllm_use_precompiled="0" if run_all or nightly else "1",
+        vllm_merge_base_commit=req.merge_base,
+        rocm_base_refresh_skip="1" if req.base_refresh_skip else "0",
+        rocm_base_refresh_force="1" if req.base_refresh_force else "0",
+    )
+    return Decision(inputs, None, tuple(reasons))

@@ -1,0 +1,112 @@
+"""--keep-going: one bad step must not stop vLLM's CI.
+
+The pipeline is still written. A generated step with an error gets a block step in front of it (the
+template's own block step when it already has one) whose label carries the finding and whose prompt
+lists them all; the step then runs only when someone decides to run it anyway. Every other step runs
+as the template would run it. A step rocmci could not generate at all (its shape is wrong, e.g. a
+list where a number belongs) is left out, and says so in the summary. Pure: returns a new pipeline.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from rocmci.pipeline.findings import ERROR, Finding
+from rocmci.pipeline.generate import IMAGE_STEP_KEY, Generated, slug
+from rocmci.pipeline.source import SourceFile, SourceStep
+
+LABEL_LIMIT = 300
+
+
+@dataclass(frozen=True)
+class Held:
+    step_index: int  # index in the step file
+    title: str  # "<pool>: <label>"
+    findings: tuple[Finding, ...]
+    how: str  # "held" (behind a block step) or "left out"
+
+
+def step_of_line(source: SourceFile, line: int) -> int | None:
+    """Index of the step-file step that contains this line."""
+    raw = source.doc.data.get("steps") if isinstance(source.doc.data, dict) else None
+    if not isinstance(raw, list) or not raw:
+        return None
+    starts = [source.doc.pos(("steps", i)).line for i in range(len(raw))]
+    at = bisect.bisect_right(starts, line) - 1
+    return at if at >= 0 else None
+
+
+def errors_by_step(source: SourceFile, findings: list[Finding]) -> dict[int, list[Finding]]:
+    out: dict[int, list[Finding]] = {}
+    for f in findings:
+        if f.severity == ERROR and f.file == source.filename:
+            index = step_of_line(source, f.line)
+            if index is not None:
+                out.setdefault(index, []).append(f)
+    return out
+
+
+def _block_text(title: str, findings: list[Finding]) -> str:
+    first = findings[0]
+    more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
+    text = f"rocmci: {first.message} ({first.file}:{first.line}){more} - run {title} anyway?"
+    return text if len(text) <= LABEL_LIMIT else text[: LABEL_LIMIT - 3] + "..."
+
+
+def _title(raw: Any, index: int) -> str:
+    if isinstance(raw, dict):
+        return f"{raw.get('agent_pool', '?')}: {raw.get('label', '?')}"
+    return f"step {index + 1}"
+
+
+def hold(source: SourceFile, generated: Generated, findings: list[Finding]) -> tuple[dict[str, Any], list[Held]]:
+    """The pipeline with every erroneous step held behind a block step, and what was done to which step."""
+    pipeline = copy.deepcopy(generated.pipeline)
+    members: list[Any] = pipeline["steps"][0]["steps"]
+    origins: list[SourceStep | None] = list(generated.origins)
+    used = {s.get("key") for s in members if isinstance(s, dict)}
+    raw_steps = source.doc.data.get("steps", []) if isinstance(source.doc.data, dict) else []
+    generated_indices = {s.index for s in origins if s is not None}
+    held: list[Held] = []
+    for index, found in sorted(errors_by_step(source, findings).items()):
+        title = _title(raw_steps[index] if index < len(raw_steps) else None, index)
+        if index not in generated_indices:
+            skipped = any(d.step.index == index and d.action == "skip" for d in generated.decisions)
+            if not skipped:
+                held.append(Held(index, title, tuple(found), "left out"))
+            continue
+        at = max(j for j, s in enumerate(origins) if s is not None and s.index == index)
+        step = members[at]
+        prompt = "\n".join(f.text() for f in found)
+        before = members[at - 1] if at > 0 else None
+        if origins[at - 1] is origins[at] and isinstance(before, dict) and "block" in before:
+            before["block"] = _block_text(title, found)
+            before["prompt"] = prompt
+        else:
+            key = f"block-{slug(origins[at])}"
+            if key in used:
+                key = f"rocmci-hold-{index}"
+            used.add(key)
+            block = {"block": _block_text(title, found), "prompt": prompt, "depends_on": IMAGE_STEP_KEY, "key": key}
+            members.insert(at, block)
+            origins.insert(at, origins[at])
+            step["depends_on"] = key
+        held.append(Held(index, title, tuple(found), "held"))
+    return pipeline, held
+
+
+def annotation(source_name: str, findings: list[Finding], held: list[Held]) -> str:
+    """Markdown for `buildkite-agent annotate`: what rocmci found and what it did about it."""
+    errors = sum(f.severity == ERROR for f in findings)
+    lines = [
+        f"**rocmci** checked `{source_name}`: {errors} error(s), {len(findings) - errors} warning(s).",
+        "",
+    ]
+    for h in held:
+        what = "held behind a block step" if h.how == "held" else "left out of the pipeline"
+        lines.append(f"- `{h.title}`: {what}")
+    lines += ["", "```", *(f.text() for f in findings), "```"]
+    return "\n".join(lines) + "\n"
