@@ -6,6 +6,9 @@ nothing below them prints a traceback for an expected failure.
 
 from __future__ import annotations
 
+import signal
+import threading
+
 
 class RocmciError(Exception):
     """Base class: an expected failure the user can act on."""
@@ -69,3 +72,20 @@ class WorkloadError(RocmciError):
     def __init__(self, message: str, *, exit_code: int, hint: str | None = None) -> None:
         self.exit_code = exit_code
         super().__init__(message, hint=hint)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that `finally` blocks and KeyboardInterrupt handlers clean up
+    (temporary files, containers); tasks.py reports it with one line and exit code 143 (128 + 15)."""
+
+    exit_code = 143
+
+
+def _terminated(signum, frame):
+    raise Terminated()
+
+
+def raise_on_sigterm() -> None:
+    """Turn SIGTERM into Terminated in the main thread (Python delivers signals only there)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)

@@ -1,39 +1,235 @@
-"""Writing output files so that readers see the old version or the new one, never half of either."""
+"""The one way rocmci opens input files and writes output files.
+
+Reading: only regular files are read (a directory, FIFO, device or socket is refused before a
+single byte is read, so a FIFO cannot hang a run and /dev/zero cannot fill memory), symlinks are
+followed but a loop is refused, and at most `limit` bytes are read: the size is what read()
+returns, never what stat() claims. Every error is one line naming the path and, when the caller
+says, the flag or setting it came from.
+
+Writing: readers see the old file or the new one, never half of either. `write_atomic` writes a
+temporary file beside the target and renames it over the target; the temporary file is removed
+on every exit that Python sees (errors, Ctrl-C, SIGTERM once `errors.raise_on_sigterm` is
+installed, as tasks.py does); only SIGKILL can leave a `.<name>.*.tmp` behind. An existing
+target keeps its permission bits; a new one gets 0666 minus the umask. A symlink is written
+through: its target file is replaced and the link stays. Ownership is not carried over (only root
+could), and the target must not be one of the inputs of the same command.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
-from rocmci.errors import InputError
+from rocmci.errors import InputError, UsageError
+
+MAX_INPUT_BYTES = 16 * 2**20  # far above any step file, inventory or JUnit report rocmci reads
+
+# Files read so far by this process, by identity (device, inode, change time): write_atomic refuses to
+# replace one of them, so `--out` naming an input (directly, through a symlink or a hard link) cannot
+# destroy it even where the caller did not list its inputs. The change time keeps a reused inode number
+# of a deleted file from matching; a file rocmci replaced has a new inode and is writable again.
+_READ: dict[tuple[int, int, int], str] = {}
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+_OPEN_ERRORS = {
+    errno.ENOENT: "no such file",
+    errno.ELOOP: "is a symlink loop",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.ENOTDIR: "a part of the path is not a folder",
+    errno.ENAMETOOLONG: "the path is too long",
+    errno.ENXIO: "is a socket or a device without a reader, not a regular file",
+    errno.EISDIR: "is a directory, not a regular file",
+}
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _error(message: str, display: str, what: str | None, hint: str | None = None) -> InputError:
+    origin = f" (from {what})" if what else ""
+    return InputError(f"{message}{origin}", where=display, hint=hint)
+
+
+def _fspath(path: str | os.PathLike, display: str, what: str | None) -> str:
+    text = os.fspath(path)
+    if "\0" in text:
+        raise _error("the path contains a NUL character", repr(text)[1:-1], what)
+    try:
+        text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raise _error("the path is not valid text", display.encode("utf-8", "replace").decode(), what) from None
+    if not text:
+        raise _error("the path is empty", "''", what, hint="give a file name")
+    return text
+
+
+def read_bytes(
+    path: str | os.PathLike, *, what: str | None = None, limit: int = MAX_INPUT_BYTES, display: str | None = None
+) -> bytes:
+    """All bytes of a regular file, at most `limit` of them; InputError (exit 2) otherwise."""
+    name = display or os.fspath(path)
+    text = _fspath(path, name, what)
+    try:
+        fd = os.open(text, _OPEN_FLAGS)  # O_NONBLOCK: opening a FIFO must not wait for a writer
+    except OSError as exc:
+        message = _OPEN_ERRORS.get(exc.errno or 0, f"cannot read: {exc.strerror}")
+        raise _error(message, name, what) from None
+    try:
+        info = os.fstat(fd)
+        mode = info.st_mode
+        if not stat.S_ISREG(mode):
+            raise _error(f"is {_kind(mode)}, not a regular file", name, what, hint="give a regular file")
+        _READ[(info.st_dev, info.st_ino, info.st_ctime_ns)] = f"{what} {name}" if what else name
+        chunks = []
+        total = 0
+        while True:
+            try:
+                chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            except OSError as exc:
+                raise _error(f"cannot read: {exc.strerror}", name, what) from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise _error(f"is larger than the limit of {limit} bytes", name, what)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text(
+    path: str | os.PathLike, *, what: str | None = None, limit: int = MAX_INPUT_BYTES, display: str | None = None
+) -> str:
+    """A regular file as UTF-8 text (see read_bytes)."""
+    name = display or os.fspath(path)
+    raw = read_bytes(path, what=what, limit=limit, display=name)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _error(f"not UTF-8 (byte {exc.start})", name, what, hint="save the file as UTF-8") from None
+
+
+def read_lines(path: str | os.PathLike, *, what: str | None = None) -> tuple[str, ...]:
+    """Non-blank, non-comment lines of a text file (a list of changed files)."""
+    text = read_text(path, what=what)
+    return tuple(line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (os.umask would, briefly, for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_target(path: str | os.PathLike, what: str = "--out") -> Path:
+    """The file a write to `path` replaces: symlinks followed; loops and non-regular files refused."""
+    text = _fspath(path, os.fspath(path), what)
+    name = text
+    if os.path.islink(text):
+        try:
+            os.stat(text)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _error("is a symlink loop", name, what) from None
+            # A dangling link: the file it names is created.
+        text = os.path.realpath(text)
+    try:
+        mode = os.stat(text).st_mode
+    except FileNotFoundError:
+        return Path(text)
+    except OSError as exc:
+        raise _error(_OPEN_ERRORS.get(exc.errno or 0, f"cannot write: {exc.strerror}"), name, what) from None
+    if not stat.S_ISREG(mode):
+        raise _error(
+            f"is {_kind(mode)}, not a regular file", name, what, hint=f"leave {what} out to write to stdout"
+        )
+    return Path(text)
+
+
+def refuse_inputs(target: Path, inputs: Mapping[str, str | os.PathLike | None], what: str = "--out") -> None:
+    """UsageError when the output file is one of the inputs (same file, also through links)."""
+    try:
+        out = os.stat(target)
+    except OSError:
+        return  # a file that does not exist yet is nobody's input
+    read_as = _READ.get((out.st_dev, out.st_ino, out.st_ctime_ns))
+    if read_as is not None:
+        raise UsageError(
+            f"{what} {target} is a file this command read as input ({read_as}); writing would destroy it",
+            hint=f"give {what} another path",
+        )
+    for origin, candidate in inputs.items():
+        if candidate is None:
+            continue
+        try:
+            other = os.stat(candidate)
+        except (OSError, ValueError):
+            continue
+        if (out.st_dev, out.st_ino) == (other.st_dev, other.st_ino):
+            raise UsageError(
+                f"{what} {target} is the same file as {origin} {candidate}; writing would destroy the input",
+                hint=f"give {what} another path",
+            )
+
+
+def write_atomic(
+    path: str | os.PathLike,
+    text: str | bytes,
+    *,
+    inputs: Mapping[str, str | os.PathLike | None] | None = None,
+    what: str = "--out",
+) -> Path:
+    """Replace the file at `path` (or its symlink's target) with `text`; returns the file written.
+
+    `inputs` maps the flag or setting of each input to its path: writing over any of them is refused.
+    """
+    target = write_target(path, what)
+    refuse_inputs(target, inputs or {}, what)
+    folder = target.parent if str(target.parent) else Path(".")
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        mode = 0o666 & ~_umask()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     except OSError as exc:
-        raise InputError(f"cannot write: {exc.strerror}", where=str(path)) from None
+        raise _error(f"cannot write: {exc.strerror}", os.fspath(path), what) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), mode)
+            fh.write(text.encode("utf-8") if isinstance(text, str) else text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise _error(f"cannot write: {exc.strerror}", os.fspath(path), what) from None
+    except BaseException:  # includes KeyboardInterrupt and errors.Terminated (SIGTERM)
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def read_lines(path: Path) -> tuple[str, ...]:
-    """Non-blank, non-comment lines of a text file (a list of changed files)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such file", where=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", where=str(path)) from None
-    return tuple(line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+    return target

@@ -1,24 +1,135 @@
-"""Which names hold secrets, and keeping their values out of everything rocmci prints or writes."""
+"""Telling secrets apart, and keeping their values out of everything rocmci prints or writes.
+
+Two signals: a variable's name (HF_TOKEN, GH_PAT, NPM_AUTH, PRIVATE_KEY_PEM, ...) and a value's
+shape (a bearer token, an `hf_...` or `ghp_...` token, an AWS key id, a private-key block, a long
+random-looking string). The pipeline rule `secret-in-pipeline` uses both on the env of every
+step; `Redactor` uses both, plus every value the user passed by hand, on every line rocmci shows.
+
+API for callers (runs, dry runs, logs):
+    is_secret(name)                 the name looks like it holds a secret
+    secret_kind(value)              what the value looks like ("a GitHub token", ...), or None
+    Redactor(environ, given=..., public=...)
+        environ: the process environment; values of secret-named or secret-looking variables
+        given:   variables the user passed explicitly (e.g. every --env NAME=value): all redacted
+        public:  names the user declared public (a flag such as --public NAME): never redacted
+        redact(text) / redact(text) also masks any secret-shaped token in free text (--extra).
+"""
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
 
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)|_KEY$|^KEY$", re.I)
+# Words that mark a secret, as whole parts of a NAME_LIKE_THIS (so PATH, AUTHOR and MONKEY are not).
+SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE|COOKIE"
+    r"|(?:^|_)(?:KEY|PAT|AUTH|PEM|PASS|APIKEY|KEY_ID)$|_PWD$|(?:^|_)AUTH_|^API_?KEY",
+    re.I,
+)
+MIN_LENGTH = 4  # shorter values would mask unrelated text and reveal little
+
+# Shapes of credentials; each match is a secret wherever it appears in a value or a line of output.
+_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("a private key", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")),
+    # HTTP authorization values as written in headers (case-sensitive: "basic tests/..." is no header).
+    (
+        "a bearer token",
+        re.compile(r"\bBearer\s+[A-Za-z0-9\-._~+/]{16,}=*|\bBasic\s+[A-Za-z0-9+/]{16,}={0,2}(?![\w./-])"),
+    ),
+    ("a Hugging Face token", re.compile(r"\b(?:hf|api_org)_[A-Za-z0-9]{30,}\b")),
+    ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b")),
+    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b")),
+    ("a Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("an npm token", re.compile(r"\bnpm_[A-Za-z0-9]{36}\b")),
+    ("a GitLab token", re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}")),
+    ("an API key", re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{32,}")),
+    ("a password in a URL", re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@$]+:[^/\s@$]{3,}@", re.I)),
+)
+_TOKEN = re.compile(r"[A-Za-z0-9+/_=-]{32,}")
+MIN_ENTROPY = 4.0  # bits per character; English words and paths sit well below, random base62 near 5.7
 
 
 def is_secret(name: str) -> bool:
+    """The variable's name says it holds a secret."""
     return bool(SECRET_NAME.search(name))
 
 
-class Redactor:
-    """Replaces the values of secret-looking variables with *** in any text."""
+def entropy(text: str) -> float:
+    """Shannon entropy in bits per character."""
+    counts = Counter(text)
+    return -sum(n / len(text) * math.log2(n / len(text)) for n in counts.values())
 
-    def __init__(self, env: Mapping[str, str]) -> None:
-        self.values = sorted({v for k, v in env.items() if is_secret(k) and len(v) >= 4}, key=len, reverse=True)
+
+def _random_looking(token: str) -> bool:
+    """A long token mixing upper case, lower case and digits with high entropy, like a generated key.
+
+    Words, paths and model names (deepseek-ai/DeepSeek-V2-Lite-Chat) have few digits and repeat
+    letters; commit hashes are hex only and have no upper case.
+    """
+    if len(token) < 32:
+        return False
+    uppers = sum(c.isupper() for c in token)
+    lowers = sum(c.islower() for c in token)
+    digits = sum(c.isdigit() for c in token)
+    if uppers < 3 or lowers < 3 or digits < 3:
+        return False
+    return entropy(token) >= MIN_ENTROPY
+
+
+def secret_kind(value: str, *, whole: bool = True) -> str | None:
+    """What `value` looks like if it looks like a credential, else None.
+
+    `whole` also tests the value as one random-looking token (an env value); a long command line is
+    tested only for the credential shapes, since it is full of long ordinary words.
+    """
+    for kind, shape in _SHAPES:
+        if shape.search(value):
+            return kind
+    stripped = value.strip()
+    if whole and _TOKEN.fullmatch(stripped) and _random_looking(stripped):
+        return "a long random-looking string"
+    return None
+
+
+def _mask_shapes(text: str) -> str:
+    for _, shape in _SHAPES:
+        text = shape.sub("***", text)
+    return _TOKEN.sub(lambda m: "***" if _random_looking(m.group()) else m.group(), text)
+
+
+class Redactor:
+    """Replaces secret values with *** in any text before it is printed or written.
+
+    Redacted: values of `environ` variables whose name or value looks secret, every value in
+    `given` (what the user typed on the command line: they may be secrets under any name), every
+    line of a multi-line value, and any secret-shaped token in the text itself. Names in `public`
+    are never redacted. Values shorter than MIN_LENGTH are kept: they would mask unrelated text.
+    """
+
+    def __init__(
+        self,
+        environ: Mapping[str, str] | None = None,
+        *,
+        given: Mapping[str, str] | None = None,
+        public: Collection[str] = (),
+        values: Iterable[str] = (),
+    ) -> None:
+        chosen: set[str] = set(values)
+        for name, value in (environ or {}).items():
+            if name not in public and isinstance(value, str) and (is_secret(name) or secret_kind(value)):
+                chosen.add(value)
+        for name, value in (given or {}).items():
+            if name not in public and isinstance(value, str):
+                chosen.add(value)
+        pieces = set()
+        for value in chosen:
+            pieces.add(value.strip())
+            pieces.update(line.strip() for line in value.splitlines())
+        self.values = sorted((v for v in pieces if len(v) >= MIN_LENGTH), key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
         for value in self.values:
             text = text.replace(value, "***")
-        return text
+        return _mask_shapes(text)

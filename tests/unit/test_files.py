@@ -1,10 +1,18 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from rocmci.errors import InputError
+from rocmci import errors, files
+from rocmci.errors import InputError, UsageError
 from rocmci.files import read_lines, write_atomic
 
 
@@ -24,7 +32,7 @@ def test_a_failure_mid_write_keeps_the_old_file_and_no_temporary(tmp_path, monke
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", broken_replace)
-    with pytest.raises(OSError):
+    with pytest.raises(InputError, match="out.yaml: cannot write: No space left on device"):
         write_atomic(path, "new\n" * 1000)
     assert path.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.yaml"]
@@ -43,7 +51,7 @@ def test_interrupt_during_write_keeps_the_old_file(tmp_path, monkeypatch):
 def test_unwritable_folder_is_an_input_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(InputError, match="cannot write"):
+    with pytest.raises(InputError, match="a part of the path is not a folder"):
         write_atomic(blocker / "out.yaml", "x")
 
 
@@ -53,3 +61,214 @@ def test_read_lines_skips_blanks_and_comments(tmp_path):
     assert read_lines(path) == ("a/b.py", "c/d.py")
     with pytest.raises(InputError, match="no such file"):
         read_lines(tmp_path / "none")
+
+
+# --- reading: one way to open an input -------------------------------------------------------------
+
+
+@pytest.fixture
+def alarm():
+    """Fail instead of hanging forever if a read blocks."""
+    old = signal.signal(signal.SIGALRM, lambda *a: pytest.fail("a read blocked"))
+    signal.alarm(10)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def test_read_refuses_non_regular_files_without_blocking(tmp_path, alarm):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    loop = tmp_path / "a"
+    loop.symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(loop)
+    cases = {
+        fifo: "is a FIFO (named pipe), not a regular file",
+        tmp_path: "is a directory, not a regular file",
+        Path("/dev/zero"): "is a character device, not a regular file",
+        Path("/dev/null"): "is a character device, not a regular file",
+        loop: "is a symlink loop",
+        tmp_path / "none": "no such file",
+        tmp_path / "none" / "x": "no such file",
+        fifo / "x": "a part of the path is not a folder",
+        tmp_path / ("n" * 300): "the path is too long",
+    }
+    for path, message in cases.items():
+        with pytest.raises(InputError, match=re.escape(message)) as err:
+            files.read_bytes(path, what="--source")
+        line = err.value.one_line()
+        assert line.startswith(f"{path}: ") and "(from --source)" in line and "\n" not in line
+        assert err.value.exit_code == 2
+
+
+def test_read_refuses_bad_path_text():
+    with pytest.raises(InputError, match="the path contains a NUL character"):
+        files.read_bytes("a\0b", what="--junit")
+    with pytest.raises(InputError, match="the path is not valid text"):
+        files.read_bytes("\ud800x", what="--junit")
+    with pytest.raises(InputError, match="the path is empty"):
+        files.read_bytes("", what="--junit")
+
+
+def test_read_counts_bytes_read_not_the_size_stat_reports(tmp_path):
+    # /proc files say st_size 0 and still have content: the reader reads until EOF.
+    status = files.read_text("/proc/self/status")
+    assert os.stat("/proc/self/status").st_size == 0 and "Umask:" in status
+    path = tmp_path / "big"
+    path.write_bytes(b"x" * 101)
+    assert files.read_bytes(path, limit=101) == b"x" * 101
+    with pytest.raises(InputError, match="is larger than the limit of 100 bytes"):
+        files.read_bytes(path, limit=100)
+
+
+def test_read_text_refuses_non_utf8(tmp_path):
+    path = tmp_path / "latin1"
+    path.write_bytes("caf\xe9".encode("latin-1"))
+    with pytest.raises(InputError, match=r"latin1: not UTF-8 \(byte 3\) \(from --changed-files\)"):
+        files.read_text(path, what="--changed-files")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to drop to another user")
+def test_unreadable_file_is_one_line_for_another_user(tmp_path):
+    """Root reads everything, so the child drops to nobody (a real permission check, no mock)."""
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("a: 1\n")
+    secret.chmod(0o600)
+    tmp_path.chmod(0o755)
+    src = Path(files.__file__).parents[1]
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[2]); from rocmci.files import read_bytes; "
+        "from rocmci.errors import InputError\n"
+        "try: read_bytes(sys.argv[1], what='--pipeline')\n"
+        "except InputError as e: print(e.one_line())"
+    )
+    python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+    done = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", code, str(secret), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    if "Permission denied" in done.stderr and "rocmci" not in done.stdout:
+        pytest.skip(f"nobody cannot run python here: {done.stderr.strip()[-200:]}")
+    assert done.stdout.strip() == f"{secret}: permission denied (from --pipeline)", done.stderr
+
+
+# --- writing ------------------------------------------------------------------------------------------
+
+
+def test_write_keeps_the_mode_of_an_existing_file(tmp_path):
+    path = tmp_path / "out.yaml"
+    for mode in (0o644, 0o755, 0o600):
+        path.write_text("old\n")
+        path.chmod(mode)
+        write_atomic(path, "new\n")
+        assert stat.S_IMODE(path.stat().st_mode) == mode and path.read_text() == "new\n"
+
+
+def test_a_new_file_gets_the_umask_mode(tmp_path):
+    old = os.umask(0o027)
+    try:
+        write_atomic(tmp_path / "new.yaml", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "new.yaml").stat().st_mode) == 0o640
+
+
+def test_write_goes_through_a_symlink_and_keeps_it(tmp_path):
+    target = tmp_path / "real" / "pipeline.yaml"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    target.chmod(0o644)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(target)
+    assert write_atomic(link, "new\n") == target
+    assert link.is_symlink() and target.read_text() == "new\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert sorted(p.name for p in target.parent.iterdir()) == ["pipeline.yaml"]
+    dangling = tmp_path / "dangling.yaml"
+    dangling.symlink_to(tmp_path / "made.yaml")
+    write_atomic(dangling, "made\n")
+    assert dangling.is_symlink() and (tmp_path / "made.yaml").read_text() == "made\n"
+
+
+def test_write_refuses_loops_and_non_regular_targets(tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(InputError, match="loop: is a symlink loop"):
+        write_atomic(loop, "x")
+    with pytest.raises(InputError, match="is a directory, not a regular file.*leave --out out to write to stdout"):
+        write_atomic(tmp_path, "x")
+    with pytest.raises(InputError, match="/dev/null: is a character device"):
+        write_atomic("/dev/null", "x")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="is a FIFO"):
+        write_atomic(fifo, "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "loop"]
+
+
+def test_write_refuses_an_input_as_output(tmp_path):
+    source = tmp_path / "test-amd.yaml"
+    source.write_text("steps: []\n")
+    link = tmp_path / "link.yaml"
+    link.symlink_to(source)
+    hard = tmp_path / "hard.yaml"
+    os.link(source, hard)
+    for out in (source, link, hard):
+        with pytest.raises(UsageError, match=r"is the same file as --source .*test-amd.yaml") as err:
+            write_atomic(out, "pipeline", inputs={"--source": source, "--changed-files": None})
+        assert err.value.exit_code == 2
+    assert source.read_text() == "steps: []\n"
+    write_atomic(tmp_path / "other.yaml", "pipeline", inputs={"--source": source})
+
+
+def test_write_refuses_a_file_this_process_read_even_unlisted(tmp_path):
+    source = tmp_path / "steps.yaml"
+    source.write_text("steps: []\n")
+    files.read_bytes(source, what="--source")
+    with pytest.raises(UsageError, match=r"a file this command read as input \(--source .*steps.yaml\)"):
+        write_atomic(source, "pipeline")
+    assert source.read_text() == "steps: []\n"
+    # A file rocmci replaced is a new file: writing it again is fine.
+    out = tmp_path / "out.yaml"
+    write_atomic(out, "1")
+    write_atomic(out, "2")
+    assert out.read_text() == "2"
+
+
+def test_sigterm_during_a_write_removes_the_temporary_file(tmp_path, monkeypatch):
+    """A real SIGTERM to this process in the middle of the write, with the handler tasks.py installs."""
+    path = tmp_path / "out.yaml"
+    path.write_text("old\n")
+    previous = signal.getsignal(signal.SIGTERM)
+    errors.raise_on_sigterm()
+    monkeypatch.setattr(os, "fsync", lambda fd: os.kill(os.getpid(), signal.SIGTERM))
+    try:
+        with pytest.raises(errors.Terminated):
+            write_atomic(path, "new\n" * 10000)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert path.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.yaml"]
+
+
+def test_tasks_report_sigterm_with_one_line_and_143(monkeypatch):
+    import tasks
+    from invoke import Exit
+
+    from rocmci import commands
+
+    def terminated_midway(**kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not interrupt")  # pragma: no cover
+
+    previous = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(commands, "show_settings", terminated_midway, raising=False)
+    try:
+        with pytest.raises(Exit) as err:
+            tasks.call("show_settings")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert err.value.code == 143 and err.value.message == "rocmci: terminated"

@@ -3,11 +3,22 @@
 Building the data ourselves lets us keep the line and column of every key and item, reject
 duplicate keys (PyYAML keeps the last one silently, as Buildkite does), and bound what YAML
 aliases may expand to, so a "billion laughs" document fails fast instead of eating memory.
+
+Values are read by the YAML 1.2 core schema only: a plain scalar is null, true/false, an integer
+or a float when it looks exactly like one, and text otherwise. PyYAML's YAML 1.1 extras never
+apply: `2024-13-45` and `2024-01-01` stay text (no dates), `no`/`on` stay text (no booleans),
+`1_000` and `1:20` stay text. Explicit tags other than the core ones (`!!timestamp`, `!!binary`,
+`!!set`, `!!python/...`, `!custom`) and core tags on values that do not fit them (`!!int two`) are
+unreadable input with file:line. Mapping keys are always text (`1:` is the key "1"): every file
+rocmci reads uses keys as names. Integers are bounded (MAX_INT_CHARS) so a huge number is a
+one-line error, not Python's int-string limit.
 """
 
 from __future__ import annotations
 
 import gc
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +33,31 @@ except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml import SafeLoader as _Base  # type: ignore[assignment]
 
 
+# Tags the resolver gives plain scalars. They are private names, so a value tagged explicitly in the
+# text (`!!int two`) is told apart from one that merely looks like a number and is checked on its own.
+_PLAIN_NULL = "rocmci:null"
+_PLAIN_BOOL = "rocmci:bool"
+_PLAIN_INT = "rocmci:int"
+_PLAIN_FLOAT = "rocmci:float"
+_PLAIN_TAGS = frozenset({_PLAIN_NULL, _PLAIN_BOOL, _PLAIN_INT, _PLAIN_FLOAT})
+
+# YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution), one pattern per type.
+_CORE_NULL = re.compile(r"~|null|Null|NULL|")
+_CORE_BOOL = re.compile(r"true|True|TRUE|false|False|FALSE")
+_CORE_INT = re.compile(r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+")
+_CORE_FLOAT = re.compile(
+    r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
+)
+_CORE = re.compile(
+    rf"(?P<null>{_CORE_NULL.pattern})|(?P<bool>{_CORE_BOOL.pattern})"
+    rf"|(?P<int>{_CORE_INT.pattern})|(?P<float>{_CORE_FLOAT.pattern})"
+)
+_CORE_TAG = {"null": _PLAIN_NULL, "bool": _PLAIN_BOOL, "int": _PLAIN_INT, "float": _PLAIN_FLOAT}
+_MAYBE_TYPED = frozenset("0123456789+-.~nNtTfF<")  # first characters of anything that is not plain text
+
+
 class _Loader(_Base):
-    """The safe loader with a memo in front of the implicit-tag resolver.
+    """The safe parser with the YAML 1.2 core resolver in place of PyYAML's YAML 1.1 one.
 
     libyaml composes in C but asks the Python resolver about every scalar; step files repeat the
     same keys and values thousands of times, so remembering answers saves most of that work.
@@ -32,10 +66,18 @@ class _Loader(_Base):
     _memo: dict = {}
 
     def resolve(self, kind, value, implicit):
-        key = (kind, value, implicit)
+        if kind is not yaml.ScalarNode:
+            return _SEQ if kind is yaml.SequenceNode else _MAP
+        if not implicit[0] or (value and value[0] not in _MAYBE_TYPED):
+            return _STR  # quoted, or plain text that cannot be a null, boolean or number
+        key = value
         tag = self._memo.get(key)
         if tag is None:
-            tag = super().resolve(kind, value, implicit)
+            if value == "<<":
+                tag = _MERGE
+            else:
+                match = _CORE.fullmatch(value)
+                tag = _CORE_TAG[match.lastgroup] if match else _STR
             if len(self._memo) < 50_000:
                 self._memo[key] = tag
         return tag
@@ -46,6 +88,7 @@ Path_ = tuple[Any, ...]  # keys and indices from the document root
 MAX_DEPTH = 100
 MAX_ALIAS_NODES = 100_000  # nodes reached through aliases; real step files use none
 MAX_BYTES = 16 * 2**20
+MAX_INT_CHARS = 21  # sign and 20 digits: more than any count, size or timeout; avoids int('9' * 5000)
 
 _STR = "tag:yaml.org,2002:str"
 _MAP = "tag:yaml.org,2002:map"
@@ -53,7 +96,9 @@ _SEQ = "tag:yaml.org,2002:seq"
 _NULL = "tag:yaml.org,2002:null"
 _BOOL = "tag:yaml.org,2002:bool"
 _INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
 _MERGE = "tag:yaml.org,2002:merge"
+_CORE_TAGS = {_NULL: _CORE_NULL, _BOOL: _CORE_BOOL, _INT: _CORE_INT, _FLOAT: _CORE_FLOAT}
 
 
 @dataclass(frozen=True)
@@ -103,7 +148,6 @@ class _Builder:
     def __init__(self, doc: Document) -> None:
         self.doc = doc
         self.alias_nodes = 0
-        self._scalars = yaml.constructor.SafeConstructor()
         self._seen: set[int] = set()  # ids of collections built so far
 
     def build(self, node: yaml.Node, path: Path_, depth: int, via_alias: bool) -> Any:
@@ -112,6 +156,8 @@ class _Builder:
             if via_alias:
                 self._count_alias(node)
             return node.value if node.tag == _STR else self.scalar(node)
+        if node.tag != _SEQ and node.tag != _MAP:
+            raise self._tag_error(node)
         if depth > MAX_DEPTH:
             raise InputError(
                 f"nested deeper than {MAX_DEPTH} levels", where=self._where(node), hint="flatten the document"
@@ -159,9 +205,7 @@ class _Builder:
                     for k, v in value.items():
                         merged.setdefault(k, v)
                 continue
-            key = self.build(key_node, path, depth + 1, via_alias)
-            if isinstance(key, list | dict):
-                raise InputError("a mapping key must be a scalar", where=self._where(key_node))
+            key = self.key(key_node, via_alias)
             if key in out:
                 self.doc.duplicates.append(DuplicateKey((*path, key), key, _pos(key_node), _pos(key_pos[key])))
             key_pos[key] = key_node
@@ -172,24 +216,82 @@ class _Builder:
             out.setdefault(k, v)
         return out
 
+    def key(self, node: yaml.Node, via_alias: bool) -> str:
+        """Keys are names in every file rocmci reads: kept as the text written, never typed."""
+        if node.__class__ is not yaml.ScalarNode:
+            raise InputError("a mapping key must be a scalar", where=self._where(node))
+        if via_alias:
+            self._count_alias(node)
+        if node.tag != _STR and node.tag not in _PLAIN_TAGS:
+            raise self._tag_error(node)
+        return node.value
+
     def scalar(self, node: yaml.ScalarNode) -> Any:
         tag = node.tag
+        value = node.value
+        if tag == _PLAIN_INT:
+            return self._int(node, value)
+        if tag == _PLAIN_NULL:
+            return None
+        if tag == _PLAIN_BOOL:
+            return value[0] in "tT"
+        if tag == _PLAIN_FLOAT:
+            return _float(value)
         if tag == _STR:
-            return node.value
+            return value
+        # An explicit tag: only the core ones, and only on a value that is one of them.
+        pattern = _CORE_TAGS.get(tag)
+        if pattern is None or not pattern.fullmatch(value):
+            if not (tag == _FLOAT and _CORE_INT.fullmatch(value)):
+                raise self._tag_error(node)
         if tag == _NULL:
             return None
         if tag == _BOOL:
-            return node.value.lower() in ("true", "yes", "on", "y")
-        if tag == _INT and node.value.isdigit():
-            return int(node.value)
-        try:
-            return self._scalars.construct_object(node, deep=True)
-        except yaml.YAMLError as exc:
-            raise InputError(f"bad value: {getattr(exc, 'problem', exc)}", where=self._where(node)) from None
+            return value[0] in "tT"
+        if tag == _INT:
+            return self._int(node, value)
+        return _float(value)
+
+    def _int(self, node: yaml.ScalarNode, value: str) -> int:
+        if len(value) > MAX_INT_CHARS:
+            raise InputError(
+                f"a {len(value)}-character integer is too large (the limit is {MAX_INT_CHARS} characters)",
+                where=self._where(node),
+                hint="quote it to keep it as text",
+            )
+        if value[:2] == "0x":
+            return int(value[2:], 16)
+        if value[:2] == "0o":
+            return int(value[2:], 8)
+        return int(value)
+
+    def _tag_error(self, node: yaml.Node) -> InputError:
+        tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+        if isinstance(node, yaml.ScalarNode) and node.tag in _CORE_TAGS:
+            shown = node.value if len(node.value) <= 40 else node.value[:37] + "..."
+            return InputError(
+                f"{shown!r} is not a valid {tag} value",
+                where=self._where(node),
+                hint="fix the value or remove the tag",
+            )
+        return InputError(
+            f"the YAML tag {tag} is not supported",
+            where=self._where(node),
+            hint="remove the tag: values are read as text, numbers, true/false or null",
+        )
 
     def _where(self, node: yaml.Node) -> str:
         p = _pos(node)
         return f"{self.doc.filename}:{p.line}:{p.col}"
+
+
+def _float(value: str) -> float:
+    special = value.lstrip("+-").lower()
+    if special == ".inf":
+        return -math.inf if value[0] == "-" else math.inf
+    if special == ".nan":
+        return math.nan
+    return float(value)
 
 
 def _pos(node: yaml.Node) -> Pos:
@@ -251,17 +353,9 @@ def _parse(text: str, filename: str, doc: Document) -> Document:
     return doc
 
 
-def load(path: Path, display: str | None = None) -> Document:
+def load(path: Path, display: str | None = None, *, what: str | None = None) -> Document:
+    """Read and parse a YAML file. `what` names the flag or setting the path came from, for errors."""
+    from rocmci.files import read_bytes
+
     name = display or str(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise InputError(f"file is {size} bytes; the limit is {MAX_BYTES}", where=name)
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError("no such file", where=name) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not a file", where=name) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", where=name) from None
-    return parse(raw, name)
+    return parse(read_bytes(path, what=what, limit=MAX_BYTES, display=name), name)

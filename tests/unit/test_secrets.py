@@ -1,0 +1,166 @@
+"""Secrets by name and by value: the pipeline rule and the redactor."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocmci.pipeline import rules, validate, yamldoc
+from rocmci.pipeline.inventory import Inventory, Pool
+from rocmci.secrets import Redactor, is_secret, secret_kind
+
+HF = "hf_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z"
+GHP = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+AWS = "AKIA" + "IOSFODNN7EXAMPLE"
+RANDOM = "Zq8v3Lx0Tn5Rk2Wm9Yb4Hc7Pd1Jf6GsX"  # 32 characters, mixed classes
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HF_TOKEN",
+        "GH_PAT",
+        "NPM_AUTH",
+        "PRIVATE_KEY_PEM",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_ACCESS_KEY_ID",
+        "DB_PASS",
+        "API_KEY",
+        "APIKEY",
+        "SSH_PASSPHRASE",
+        "SESSION_COOKIE",
+        "PAT",
+        "KEY",
+        "AUTH_HEADER",
+        "DOCKER_PASSWORD",
+    ],
+)
+def test_secret_names(name):
+    assert is_secret(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "PATH",
+        "PWD",
+        "GIT_AUTHOR_NAME",
+        "HIP_VISIBLE_DEVICES",
+        "KEYBOARD",
+        "MONKEY",
+        "VLLM_TEST_COMMANDS",
+        "PYTORCH_ROCM_ARCH",
+        "BYPASS",
+        "ROCPROFILER_REGISTER_ENABLED",
+        "HF_HOME",
+    ],
+)
+def test_ordinary_names(name):
+    assert not is_secret(name)
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        ("Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abc", "a bearer token"),
+        ("curl -H 'Authorization: Basic dXNlcjpwYXNzd29yZDEyMw=='", "a bearer token"),
+        (HF, "a Hugging Face token"),
+        (f"HF_TOKEN={HF} pytest -v", "a Hugging Face token"),
+        (GHP, "a GitHub token"),
+        ("github_pat_11ABCDEFG0123456789_abcdefghijklmnop", "a GitHub token"),
+        (AWS, "an AWS access key id"),
+        ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----", "a private key"),
+        ("-----BEGIN RSA PRIVATE KEY-----", "a private key"),
+        ("https://user:hunter22@example.com/repo.git", "a password in a URL"),
+        (RANDOM, "a long random-looking string"),
+    ],
+)
+def test_credential_shaped_values(value, kind):
+    assert secret_kind(value) == kind
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "spawn",
+        "",
+        "Bearer $HF_TOKEN",
+        "https://user:$PASSWORD@example.com",
+        "e84464ec5d90af8ba9ea97740f63d3e9f0acb0c6",  # a commit: hex, no upper case
+        "deepseek-ai/DeepSeek-V2-Lite-Chat",
+        "Qwen/Qwen1.5-MoE-A2.7B",
+        "tests/kernels/moe/test_deepep_moe.py::test_low_latency_deep_ep_moe",
+        "hf_transfer",
+        "basic tests/basic_correctness/test_basic_correctness.py",
+        "/root/.cache/huggingface",
+    ],
+)
+def test_ordinary_values(value):
+    assert secret_kind(value) is None
+
+
+def test_a_random_token_inside_a_command_is_not_flagged_but_a_credential_shape_is():
+    assert secret_kind(f"echo {RANDOM}", whole=False) is None
+    assert secret_kind(f"echo {GHP}", whole=False) == "a GitHub token"
+
+
+def test_redactor_masks_given_values_known_secrets_and_shapes():
+    redact = Redactor(
+        {"HF_TOKEN": "hf-secret-value", "HOME": "/root", "INNOCENT": GHP, "GH_PAT": "abc"},
+        given={"NPM_AUTH": "npm-auth-value", "NCCL_DEBUG": "INFO", "SHORT": "1"},
+        public={"NCCL_DEBUG"},
+    )
+    line = (
+        "docker run -e HF_TOKEN -e NPM_AUTH=npm-auth-value -e NCCL_DEBUG=INFO -e SHORT=1 -v /root:/root "
+        f"img pytest --extra {HF} {GHP} Bearer abcdefghijklmnopqrstuvwxyz hf-secret-value"
+    )
+    out = redact(line)
+    for secret in ("npm-auth-value", HF, GHP, "abcdefghijklmnopqrstuvwxyz", "hf-secret-value"):
+        assert secret not in out
+    assert "NCCL_DEBUG=INFO" in out and "SHORT=1" in out and "/root:/root" in out
+    assert "GH_PAT" not in out and out.count("***") == 5
+
+
+def test_redactor_masks_every_line_of_a_multi_line_secret():
+    pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----"
+    redact = Redactor({"PRIVATE_KEY_PEM": pem})
+    assert "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC" not in redact("line 2: MIIEvQIBADANBgkqhkiG9w0BAQEFAASC")
+    assert redact("no secrets here: INFO spawn") == "no secrets here: INFO spawn"
+
+
+def test_redactor_keeps_the_old_positional_form():
+    assert Redactor({"HF_TOKEN": "hf-secret-value"})("x hf-secret-value y") == "x *** y"
+
+
+CTX = rules.Context(
+    inventory=Inventory("agents.yaml", {"mi325_1": Pool("mi325_1", "amd_mi325_1", "gfx942", 1, True)}),
+    archs=("gfx942",),
+)
+
+
+def _findings(env_yaml: str) -> list[str]:
+    text = (
+        "steps:\n- label: t\n  key: t\n  agents: {queue: amd_mi325_1}\n  timeout_in_minutes: 10\n"
+        f"  command: run\n  env:\n{env_yaml}"
+    )
+    report = validate.validate_pipeline_document(yamldoc.parse(text, "p.yaml"), CTX)
+    return [f.text() for f in report.findings if f.rule == "secret-in-pipeline"]
+
+
+def test_the_rule_finds_secrets_by_value_with_a_position_and_never_prints_them():
+    found = _findings(
+        f"    AUTH_HEADER_VALUE: 'Bearer abcdefghijklmnopqrstuvwxyz'\n    NOTE: {HF}\n"
+        f"    VLLM_TEST_COMMANDS: 'git clone https://x:{GHP}@github.com/a/b && pytest'\n"
+        f"    CACHE_ID: {RANDOM}\n    HF_TOKEN: $HF_TOKEN\n    MODEL: deepseek-ai/DeepSeek-V2-Lite-Chat\n"
+    )
+    assert len(found) == 4, found
+    assert any("p.yaml:9:5" in f and "NOTE looks like a Hugging Face token" in f for f in found), found
+    assert any("VLLM_TEST_COMMANDS looks like" in f for f in found), found
+    assert any("CACHE_ID looks like a long random-looking string" in f for f in found), found
+    for f in found:
+        assert HF not in f and GHP not in f and RANDOM not in f and "abcdefghijklmnop" not in f
+
+
+def test_the_rule_still_finds_secrets_by_name():
+    found = _findings("    GH_PAT: plain\n    NPM_AUTH: x\n    HF_TOKEN: $HF_TOKEN\n")
+    assert [f.split(" error ")[0] for f in found] == ["p.yaml:8:5:", "p.yaml:9:5:"], found
+    assert "GH_PAT is written into the pipeline in plain text" in found[0]
