@@ -118,6 +118,30 @@ def _pump(stream, on_line: Callable[[str], None]) -> None:
         on_line(line.rstrip("\n"))
 
 
+class Running:
+    """What is running now, and how to stop each: the interrupt handler stops them all, from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stops: dict[int, Callable[[], None]] = {}
+
+    def add(self, stop: Callable[[], None]) -> int:
+        with self._lock:
+            key = id(stop)
+            self._stops[key] = stop
+            return key
+
+    def discard(self, key: int) -> None:
+        with self._lock:
+            self._stops.pop(key, None)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            stops = list(self._stops.values())
+        for stop in stops:
+            stop()
+
+
 def _wait(proc: subprocess.Popen, reader: threading.Thread, timeout: float, stop: Callable[[], None]) -> bool:
     """Wait for the process; on timeout call stop() and return True."""
     try:
@@ -142,6 +166,7 @@ def run_container(
     timeout: float,
     on_line: Callable[[str], None],
     env: dict[str, str] | None = None,
+    running: Running | None = None,
 ) -> RunResult:
     """Run to completion; `env` is the docker client's environment (where pass-by-name values come from)."""
     argv = run_argv(spec, engine.client)
@@ -156,11 +181,14 @@ def run_container(
     reader = threading.Thread(target=_pump, args=(proc.stdout, on_line), daemon=True)
     reader.start()
     oom = False
+    key = (running or Running()).add(lambda: remove(engine, spec.name))
     try:
         timed_out = _wait(proc, reader, timeout, lambda: remove(engine, spec.name))
         if not timed_out:
-            oom = _oom_killed(engine, spec.name)
+            oom = engine.oom_killed(spec.name)
     finally:
+        if running is not None:
+            running.discard(key)
         if proc.poll() is None:
             proc.terminate()
         remove(engine, spec.name)  # Ctrl-C, timeout or normal end: never leave it behind
@@ -171,51 +199,88 @@ def run_container(
     return RunResult(code, timed_out, time.monotonic() - t0, started, infra, oom)
 
 
-def _oom_killed(engine: Engine, name: str) -> bool:
-    try:
-        done = engine.cli("inspect", "--format", "{{.State.OOMKilled}}", name, check=False, timeout=30)
-    except EngineError:
-        return False
-    return done.stdout.strip() == "true"
-
-
 def remove(engine: Engine, name: str) -> None:
-    engine.cli("rm", "-f", name, check=False, timeout=60)
+    engine.remove_container(name)
+
+
+GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL for a host-mode process group
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Signal every process of the group; False when none is left."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop_group(pgid: int, grace: float = GRACE_SECONDS) -> None:
+    """SIGTERM the whole group (the workload and every worker it spawned), SIGKILL what is left after grace."""
+    if not _signal_group(pgid, signal.SIGTERM):
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not group_alive(pgid):
+            return
+        time.sleep(0.05)
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs (zombies waiting for their parent do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def run_host(
-    argv: Sequence[str], *, workdir: str, env: dict[str, str], timeout: float, on_line: Callable[[str], None]
+    argv: Sequence[str],
+    *,
+    workdir: str,
+    env: dict[str, str],
+    timeout: float,
+    on_line: Callable[[str], None],
+    running: Running | None = None,
 ) -> RunResult:
-    """Host mode: the same workload without a container, for steps that already run inside the image."""
+    """Host mode: the workload as a process of this host, for steps that already run inside the image.
+
+    `env` is the whole environment of the workload. It runs in a session and process group of its
+    own, so a timeout, Ctrl-C or SIGTERM stops it and every worker it spawned, and nothing is left.
+    """
     started = time.time()
     t0 = time.monotonic()
     try:
         proc = subprocess.Popen(
             list(argv),
             cwd=workdir,
-            env={**os.environ, **env},
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             errors="replace",
             start_new_session=True,
         )
-    except (FileNotFoundError, NotADirectoryError) as exc:
+    except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
         return RunResult(127, False, 0.0, started, f"cannot start {argv[0]!r} in {workdir}: {exc.strerror}")
     reader = threading.Thread(target=_pump, args=(proc.stdout, on_line), daemon=True)
     reader.start()
+    pgid = proc.pid  # start_new_session: the workload leads its own group
 
-    def stop() -> None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
+    key = (running or Running()).add(lambda: stop_group(pgid))
     try:
-        timed_out = _wait(proc, reader, timeout, stop)
+        timed_out = _wait(proc, reader, timeout, lambda: stop_group(pgid))
     finally:
+        if running is not None:
+            running.discard(key)
+        # Also after a normal end: workers the workload left behind go with it.
+        _signal_group(pgid, signal.SIGKILL)
         if proc.poll() is None:
-            stop()
             proc.wait()
     return RunResult(proc.returncode, timed_out, time.monotonic() - t0, started)
 

@@ -1,13 +1,14 @@
 """The one module that talks to the Docker engine.
 
-Everything goes through the docker CLI with argument lists, never a shell: the exact argv is what
-`--dry-run` prints, and the 20.10 client Debian ships can build with BuildKit where a newer client
-without the buildx plugin refuses to.
+State and lifecycle (ping, version, image labels, container state, containers by label, removal) go
+through the Docker SDK (`docker` package): typed answers instead of parsing CLI output. Builds and
+workload containers go through the docker CLI with argument lists, never a shell: the exact argv is
+what `--dry-run` prints, and the 20.10 client Debian ships can build with BuildKit, which the SDK
+(legacy builder only) cannot.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -88,6 +89,20 @@ def _engine_error(stderr: str) -> EngineError | None:
     return None
 
 
+def _sdk_error(exc: Exception) -> EngineError:
+    """One line for an SDK failure; the common ones get the same words and hints as the CLI's."""
+    text = str(exc)
+    if "Permission denied" in text or "PermissionError" in text:
+        return EngineError(
+            "no permission to use the Docker engine", hint="add yourself to the docker group or run as root"
+        )
+    if any(
+        s in text for s in ("Connection refused", "No such file or directory", "Connection aborted", "FileNotFound")
+    ):
+        return EngineError("the Docker engine is not running", hint=START_HINT)
+    return EngineError(f"the Docker engine refused the request: {text.splitlines()[0] if text else type(exc).__name__}")
+
+
 class Engine:
     def __init__(self, client_setting: str = "auto") -> None:
         self._setting = client_setting
@@ -95,6 +110,30 @@ class Engine:
     @cached_property
     def client(self) -> str:
         return pick_client(self._setting)
+
+    @cached_property
+    def sdk(self):
+        """The Docker SDK client for DOCKER_HOST (or the default socket); connecting is deferred to first use."""
+        import docker
+
+        try:
+            return docker.DockerClient.from_env(timeout=60, version="auto")
+        except docker.errors.DockerException as exc:
+            raise _sdk_error(exc) from None
+
+    def _call(self, fn: Callable[[], object]):
+        import docker
+        import requests
+
+        try:
+            return fn()
+        except (docker.errors.NotFound, docker.errors.ImageNotFound):
+            raise
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise _sdk_error(exc) from None
+
+    def ping(self) -> bool:
+        return bool(self._call(lambda: self.sdk.ping()))
 
     @property
     def build_env(self) -> dict[str, str]:
@@ -109,7 +148,7 @@ class Engine:
         return done
 
     def server_version(self) -> str:
-        return self.cli("version", "--format", "{{.Server.Version}}", timeout=20).stdout.strip()
+        return str(self._call(lambda: self.sdk.version()).get("Version", ""))
 
     def buildkit_works(self) -> tuple[bool, str]:
         """Build a one-line scratch image with BuildKit; needs no registry and no network."""
@@ -131,17 +170,43 @@ class Engine:
 
     def image_labels(self, ref: str) -> dict[str, str] | None:
         """Labels of a local image, or None when there is no such image."""
-        done = self.cli("image", "inspect", "--format", "{{json .Config.Labels}}", ref, check=False)
-        if done.returncode != 0:
-            err = _engine_error(done.stderr)
-            if err:
-                raise err
+        import docker
+
+        try:
+            image = self._call(lambda: self.sdk.images.get(ref))
+        except docker.errors.NotFound:
             return None
-        return json.loads(done.stdout or "null") or {}
+        return dict(image.labels or {})
 
     def containers(self, label: str) -> list[str]:
-        done = self.cli("ps", "-a", "-q", "--filter", f"label={label}")
-        return done.stdout.split()
+        """Short ids of every container (running or not) with this label (`key=value` or `key`)."""
+        found = self._call(lambda: self.sdk.containers.list(all=True, filters={"label": label}))
+        return [c.short_id for c in found]
+
+    def _container_attrs(self, name: str) -> dict | None:
+        import docker
+
+        try:
+            return self._call(lambda: self.sdk.api.inspect_container(name))
+        except docker.errors.NotFound:
+            return None
+
+    def oom_killed(self, name: str) -> bool:
+        """Whether the kernel's OOM killer ended the container (False when it is gone or the engine is)."""
+        try:
+            attrs = self._container_attrs(name)
+        except EngineError:
+            return False
+        return bool(attrs and attrs.get("State", {}).get("OOMKilled"))
+
+    def remove_container(self, name: str) -> None:
+        """Remove it, running or not; a container that is already gone is fine, so is an engine that is."""
+        import docker
+
+        try:
+            self._call(lambda: self.sdk.api.remove_container(name, force=True))
+        except (docker.errors.NotFound, EngineError):
+            pass
 
     def stream(self, argv: Sequence[str], on_line: Callable[[str], None], *, env: dict[str, str] | None = None) -> int:
         """Run a long command, handing each line of its merged output to on_line; returns its exit code.

@@ -1,9 +1,17 @@
-"""JUnit XML + exit status -> one outcome. A crash after every case passed is named as such."""
+"""JUnit XML + exit status -> one outcome. A crash after every case passed is named as such.
+
+Reports go to the terminal, to files in the results folder, and under Buildkite to the build page
+(`buildkite-agent annotate`, `buildkite-agent artifact upload`).
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import signal
+import subprocess
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -25,7 +33,7 @@ class Outcome(StrEnum):
 EXIT_CODES = {
     Outcome.PASSED: 0,
     Outcome.FAILED: 1,
-    Outcome.NO_TESTS: 10,
+    Outcome.NO_TESTS: 10,  # 0 unless --strict: vLLM's runner treats pytest's exit 5 as success
     Outcome.CRASHED_AT_TEARDOWN: 11,
     Outcome.CRASHED: 12,
     Outcome.TIMED_OUT: 13,
@@ -132,6 +140,7 @@ class Result:
     junit: JUnitSummary | None = None
     workarounds: list[str] = field(default_factory=list)
     log: str | None = None
+    attempts: int = 1  # 2 when exit 134 (GPU hang) was retried, as vLLM's pipeline does
 
     def as_dict(self) -> dict:
         data = asdict(self)
@@ -147,9 +156,11 @@ def classify(
     infra_error: str | None = None,
     teardown_hint: str = "",
     oom_killed: bool = False,
+    in_container: bool = True,
 ) -> tuple[Outcome, str]:
     if timed_out:
-        return Outcome.TIMED_OUT, "stopped at the timeout; the container was removed"
+        stopped = "the container was removed" if in_container else "its process group was killed"
+        return Outcome.TIMED_OUT, f"stopped at the timeout; {stopped}"
     if oom_killed:
         return Outcome.CRASHED, f"killed by the kernel's OOM killer (exit {exit_code}): raise the memory limit"
     if infra_error:
@@ -197,12 +208,121 @@ def render_json(results: list[Result]) -> str:
     return json.dumps({"results": [r.as_dict() for r in results]}, indent=2)
 
 
-def render_annotation(results: list[Result]) -> str:
-    """Markdown for `buildkite-agent annotate`."""
-    icon = {Outcome.PASSED: ":white_check_mark:"}
-    lines = ["### rocmci workloads", "", "| workload | outcome | time | detail |", "|---|---|---|---|"]
+def exit_code(results: list[Result], *, strict: bool = False) -> int:
+    """The exit code of a run: its worst outcome's; no tests collected passes as in vLLM's runner unless strict."""
+    outcome = worst([r.outcome for r in results])
+    if outcome is Outcome.NO_TESTS and not strict:
+        return 0
+    return EXIT_CODES[outcome]
+
+
+# Buildkite annotation styles: https://buildkite.com/docs/agent/v3/cli-annotate (success, info, warning, error).
+STYLE = {
+    Outcome.PASSED: "success",
+    Outcome.NO_TESTS: "warning",
+    Outcome.CRASHED_AT_TEARDOWN: "warning",
+    Outcome.FAILED: "error",
+    Outcome.CRASHED: "error",
+    Outcome.TIMED_OUT: "error",
+    Outcome.INFRA: "error",
+}
+ICON = {
+    Outcome.PASSED: ":white_check_mark:",
+    Outcome.NO_TESTS: ":grey_question:",
+    Outcome.CRASHED_AT_TEARDOWN: ":warning:",
+}
+TEARDOWN_EXPLANATION = (
+    "**Crashed at teardown**: every test case passed, then the process died by a signal while exiting. "
+    "That is the signature of the ROCm runtime's teardown crash (a use-after-free in the HSA runtime while "
+    "rocprofiler-sdk is attached), not of a failing test. Its fix is ROCm/rocm-systems#6942; see "
+    "`invoke workarounds` for whether the workaround applies to this image."
+)
+_REF = re.compile(r"\b([A-Za-z0-9][A-Za-z0-9-]*)/([A-Za-z0-9._-]+)#(\d+)\b")
+
+
+def ref_url(ref: str) -> str | None:
+    """owner/repo#N -> its GitHub page (GitHub sends /issues/N on to the pull request when N is one)."""
+    m = _REF.fullmatch(ref)
+    return f"https://github.com/{m.group(1)}/{m.group(2)}/issues/{m.group(3)}" if m else None
+
+
+def link_refs(text: str) -> str:
+    """Every owner/repo#N in the text as a Markdown link."""
+    return _REF.sub(lambda m: f"[{m.group(0)}]({ref_url(m.group(0))})", text)
+
+
+def annotation_style(results: list[Result]) -> str:
+    return STYLE[worst([r.outcome for r in results])]
+
+
+def _cell(text: str) -> str:
+    return link_refs(" ".join(text.split()).replace("|", "\\|"))
+
+
+def render_annotation(results: list[Result], notes: list[str] = ()) -> str:
+    """Markdown for `buildkite-agent annotate`: one row per workload (shards already merged), notes once."""
+    lines = ["### rocmci workloads", "", "| workload | outcome | time | passed | detail |", "|---|---|---|---|---|"]
     for r in results:
-        mark = icon.get(r.outcome, ":x:")
-        detail = r.detail.replace("|", "\\|")
-        lines.append(f"| {r.workload} | {mark} {r.outcome.value} | {r.seconds:.0f}s | {detail} |")
+        mark = ICON.get(r.outcome, ":x:")
+        counts = f"{r.junit.passed}/{r.junit.tests}" if r.junit else "-"
+        detail = r.detail + (f" (after a SIGABRT retry: {r.attempts} attempts)" if r.attempts > 1 else "")
+        lines.append(f"| {r.workload} | {mark} {r.outcome.value} | {r.seconds:.0f}s | {counts} | {_cell(detail)} |")
+    if any(r.outcome is Outcome.CRASHED_AT_TEARDOWN for r in results):
+        lines += ["", link_refs(TEARDOWN_EXPLANATION)]
+    if notes:
+        lines += ["", *(f"- {_cell(n)}" for n in notes)]
     return "\n".join(lines) + "\n"
+
+
+_CONTEXT = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def under_buildkite(env: dict[str, str] | None = None) -> str | None:
+    """The buildkite-agent binary when running in a Buildkite job, else None."""
+    env = os.environ if env is None else env
+    if env.get("BUILDKITE") != "true":
+        return None
+    return shutil.which("buildkite-agent", path=env.get("PATH"))
+
+
+def annotation_context(kinds: list[str], env: dict[str, str] | None = None) -> str:
+    """One annotation per job and workload kind: parallel jobs of one step must not overwrite each other."""
+    env = os.environ if env is None else env
+    job = env.get("BUILDKITE_PARALLEL_JOB")
+    text = "rocmci-" + "-".join(dict.fromkeys(kinds)) + (f"-{job}" if job else "")
+    return _CONTEXT.sub("_", text)[:100]
+
+
+def buildkite_commands(agent: str, context: str, style: str, files: list[str]) -> list[list[str]]:
+    """The agent calls that put a run on the build page: the annotation (markdown on stdin), then the files."""
+    calls = [[agent, "annotate", "--context", context, "--style", style]]
+    calls += [[agent, "artifact", "upload", name] for name in files]
+    return calls
+
+
+def post_to_buildkite(
+    agent: str, results: list[Result], notes: list[str], results_dir: Path, files: list[Path]
+) -> list[str]:
+    """Annotate the build and upload files (paths relative to results_dir); returns problems, never raises."""
+    markdown = render_annotation(results, notes)
+    kinds = [r.workload.split(" ")[0] for r in results]
+    names = [str(f.relative_to(results_dir)) for f in files]
+    problems = []
+    for argv in buildkite_commands(agent, annotation_context(kinds), annotation_style(results), names):
+        try:
+            done = subprocess.run(
+                argv,
+                input=markdown if argv[1] == "annotate" else None,
+                cwd=results_dir,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            problems.append(f"`buildkite-agent {argv[1]}` failed: {exc}")
+            continue
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            problems.append(f"`buildkite-agent {' '.join(argv[1:3])}` exited {done.returncode}: {last}")
+    return problems

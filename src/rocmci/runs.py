@@ -4,22 +4,33 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocmci import container as ctr
 from rocmci import results as res
 from rocmci.engine import Engine
-from rocmci.errors import InputError, PreflightError, UsageError
+from rocmci.errors import EngineError, InputError, PreflightError, UsageError, WorkloadError
 from rocmci.files import write_atomic
 from rocmci.gpus import Gpu, detect_gpus
 from rocmci.secrets import Redactor, is_secret
 from rocmci.workarounds import Workaround
-from rocmci.workloads import RESULTS_MOUNT, Workload, check_archs, choose_gpus, shard_env
+from rocmci.workloads import (
+    RESULTS_MOUNT,
+    Workload,
+    check_archs,
+    choose_gpus,
+    expected_gpu_count,
+    host_env,
+    runner_env,
+    shard_env,
+    visible_env,
+)
 
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 PLUGINS_MOUNT = "/rocmci-plugins"
@@ -41,6 +52,7 @@ class RunOptions:
     skip_preflight: bool = False
     no_container: bool = False
     dry_run: bool = False
+    strict: bool = False  # fail on what vLLM's runner lets pass: obsolete workarounds, no tests collected
     env: dict[str, str] = field(default_factory=dict)  # --env overrides, secrets included
 
 
@@ -60,6 +72,7 @@ class PlannedRun:
     gpus: list[Gpu]
     spec: ctr.ContainerSpec | None  # None in host mode
     slot: int  # position in its wave: GPU set and rendezvous ports
+    env: dict[str, str] = field(default_factory=dict)  # host mode: what rocmci sets (no secrets); printed
 
 
 @dataclass
@@ -68,6 +81,8 @@ class Prepared:
 
     waves: list[list[PlannedRun]]
     warnings: list[str]
+    notes: list[str] = field(default_factory=list)  # workarounds applied or left out, and why
+    files: list[Path] = field(default_factory=list)  # logs and JUnit XML this run wrote (set by execute)
 
     @property
     def runs(self) -> list[PlannedRun]:
@@ -89,40 +104,80 @@ def waves(workloads: Sequence[Workload]) -> list[list[Workload]]:
     return out
 
 
+def _gpu_sets(gpus: list[Gpu], opts: RunOptions, need: int, width: int, problems: list) -> list[list[Gpu]]:
+    try:
+        return choose_gpus(gpus, opts.gpus, need, width)
+    except PreflightError as exc:
+        problems.append(exc)
+    if not opts.gpus or not (opts.dry_run or opts.skip_preflight):
+        return [[] for _ in range(width)]
+    # Going ahead anyway: give each run its share of the GPUs named, so the plan still shows them.
+    by_index = {g.index: g for g in gpus}
+    named = [int(x) for x in opts.gpus.split(",") if x.strip()]
+    pool = [by_index.get(i, Gpu(i, -1, "unknown", None)) for i in named]
+    if not opts.no_container:
+        pool = [g for g in pool if g.render_minor is not None]  # a container needs the render node
+    return [pool[i * need : (i + 1) * need] for i in range(width)]
+
+
 def preflight(
-    workloads: Sequence[Workload], opts: RunOptions, engine: Engine | None, gpus: list[Gpu]
+    workloads: Sequence[Workload],
+    opts: RunOptions,
+    engine: Engine | None,
+    gpus: list[Gpu],
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[list[list[Gpu]], list[str]]:
-    """GPU sets for the widest wave; raises on the first problem unless skipped (then they are warnings)."""
-    problems: list[PreflightError] = []
+    """GPU sets for the widest wave; raises on the first problem unless skipped (then they are warnings).
+
+    A dry run never needs the engine: when it cannot be asked, that is one more warning.
+    """
+    environ = os.environ if environ is None else environ
+    problems: list[PreflightError | EngineError] = []
     need = max((w.gpus for w in workloads), default=1)
     width = max((len(wave) for wave in waves(workloads)), default=1)
-    sets: list[list[Gpu]] = [[] for _ in range(width)]
     if not (opts.host_root / "dev/kfd").exists():
         problems.append(
             PreflightError(
                 "/dev/kfd is missing: no AMD GPU driver on this host", hint="run on an AMD GPU host with ROCm"
             )
         )
-    try:
-        sets = choose_gpus(gpus, opts.gpus, need, width)
-    except PreflightError as exc:
-        problems.append(exc)
+    if opts.no_container:
+        expected = expected_gpu_count(environ)
+        if expected is not None and need * width > expected:
+            problems.append(
+                PreflightError(
+                    f"VLLM_CI_EXPECTED_GPU_COUNT={expected}: this pod has {expected} GPU(s), "
+                    f"the run needs {need * width}",
+                    hint="give the step num_gpus for every shard, or use fewer --shards",
+                )
+            )
+    sets = _gpu_sets(gpus, opts, need, width, problems)
     if not opts.no_container and engine is not None:
-        labels = engine.image_labels(opts.image)
-        if labels is None:
-            problems.append(PreflightError(f"image {opts.image} not found", hint="build it with `invoke image.build`"))
-        elif any(sets):
-            try:
-                check_archs([g for s in sets for g in s], labels.get("rocmci.arch"), opts.image)
-            except PreflightError as exc:
-                problems.append(exc)
+        try:
+            labels = engine.image_labels(opts.image)
+        except EngineError as exc:
+            if not opts.dry_run:
+                raise
+            problems.append(EngineError(f"image {opts.image} not checked: {exc.message}"))
+        else:
+            if labels is None:
+                problems.append(
+                    PreflightError(f"image {opts.image} not found", hint="build it with `invoke image.build`")
+                )
+            elif any(sets):
+                try:
+                    check_archs([g for s in sets for g in s], labels.get("rocmci.arch"), opts.image)
+                except PreflightError as exc:
+                    problems.append(exc)
     if problems and not (opts.skip_preflight or opts.dry_run):
         raise problems[0]
     return sets, [p.one_line() for p in problems]
 
 
 def spec_for(workload: Workload, gpus: list[Gpu], opts: RunOptions, slot: int) -> ctr.ContainerSpec:
-    env = dict(workload.env)
+    """The container: /dev/kfd and exactly these GPUs' render nodes, vLLM's runner environment, --init."""
+    env = runner_env(opts.workdir, PLUGINS_MOUNT if workload.sharded else None)
+    env.update(workload.env)
     if workload.sharded:
         env.update(shard_env(slot))
     env["HF_HOME"] = ctr.HF_HOME
@@ -135,7 +190,6 @@ def spec_for(workload: Workload, gpus: list[Gpu], opts: RunOptions, slot: int) -
     )
     if workload.sharded:
         mounts += (ctr.Mount(str(PLUGINS), PLUGINS_MOUNT, readonly=True),)
-        env["PYTHONPATH"] = PLUGINS_MOUNT
     return ctr.ContainerSpec(
         image=opts.image,
         argv=workload.argv,
@@ -153,22 +207,43 @@ def spec_for(workload: Workload, gpus: list[Gpu], opts: RunOptions, slot: int) -
     )
 
 
-def prepare(workloads: Sequence[Workload], opts: RunOptions, engine: Engine | None) -> Prepared:
+def host_env_for(workload: Workload, gpus: list[Gpu], opts: RunOptions, slot: int) -> dict[str, str]:
+    """Host mode: what rocmci sets for the process (secrets from --env are added at start, never printed)."""
+    env = runner_env(opts.workdir, str(PLUGINS) if workload.sharded else None)
+    env.update(workload.env)
+    env.update(visible_env(gpus))
+    if workload.sharded:
+        env.update(shard_env(slot))
+    env.update({k: v for k, v in opts.env.items() if not is_secret(k)})
+    return env
+
+
+def plan_run(workload: Workload, gpus: list[Gpu], opts: RunOptions, slot: int) -> PlannedRun:
+    if opts.no_container:
+        return PlannedRun(workload, gpus, None, slot, host_env_for(workload, gpus, opts, slot))
+    return PlannedRun(workload, gpus, spec_for(workload, gpus, opts, slot), slot)
+
+
+def prepare(
+    workloads: Sequence[Workload], opts: RunOptions, engine: Engine | None, notes: Sequence[str] = ()
+) -> Prepared:
     sets, warnings = preflight(workloads, opts, engine, host_gpus(opts))
-    planned = []
-    for wave in waves(workloads):
-        planned.append(
-            [
-                PlannedRun(w, sets[slot], None if opts.no_container else spec_for(w, sets[slot], opts, slot), slot)
-                for slot, w in enumerate(wave)
-            ]
-        )
-    return Prepared(planned, warnings)
+    planned = [[plan_run(w, sets[slot], opts, slot) for slot, w in enumerate(wave)] for wave in waves(workloads)]
+    return Prepared(planned, warnings, list(notes))
 
 
 def _client_env(opts: RunOptions) -> dict[str, str]:
     """The docker client's environment: secrets given with --env reach containers by name from here."""
     return {**os.environ, **{k: v for k, v in opts.env.items() if is_secret(k)}}
+
+
+class _Terminated(WorkloadError):
+    def __init__(self) -> None:
+        super().__init__("stopped by SIGTERM; every workload was stopped", exit_code=143)
+
+
+def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise _Terminated()
 
 
 def execute(
@@ -183,13 +258,27 @@ def execute(
     stamp = time.strftime("%Y%m%d-%H%M%S")
     lock = threading.Lock()
     results: dict[int, res.Result] = {}
+    running = ctr.Running()
+
+    def start(planned: PlannedRun, on_line: Callable[[str], None]) -> ctr.RunResult:
+        if planned.spec is not None:
+            return ctr.run_container(
+                planned.spec, engine, timeout=opts.timeout, on_line=on_line, env=_client_env(opts), running=running
+            )
+        env = {**host_env(os.environ), **planned.env, **{k: v for k, v in opts.env.items() if is_secret(k)}}
+        return ctr.run_host(
+            planned.workload.argv, workdir=opts.workdir, env=env, timeout=opts.timeout, on_line=on_line,
+            running=running,
+        )  # fmt: skip
 
     def one(number: int, planned: PlannedRun, width: int) -> None:
         workload = planned.workload
         log_path = opts.results_dir / f"{workload.name.replace(' ', '-').replace('/', 'of')}-{stamp}.log"
-        if workload.junit:
-            (opts.results_dir / workload.junit).unlink(missing_ok=True)
         prefix = f"[{workload.name}] " if width > 1 else ""
+        with lock:
+            prepared.files.append(log_path)
+            if workload.junit:
+                prepared.files.append(opts.results_dir / workload.junit)
         with open(log_path, "w", encoding="utf-8") as log:
 
             def on_line(line: str) -> None:
@@ -198,37 +287,52 @@ def execute(
                     log.write(clean + "\n")
                     out(prefix + clean)
 
-            if planned.spec is not None:
-                run = ctr.run_container(
-                    planned.spec, engine, timeout=opts.timeout, on_line=on_line, env=_client_env(opts)
-                )
-            else:
-                env = {**workload.env, **opts.env}
-                if workload.sharded:
-                    env.update(shard_env(planned.slot))
-                    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))
-                run = ctr.run_host(workload.argv, workdir=opts.workdir, env=env, timeout=opts.timeout, on_line=on_line)
-        results[number] = outcome_of(workload, run, opts, registry, str(log_path))
+            attempts = 0
+            while True:
+                attempts += 1
+                if workload.junit:
+                    (opts.results_dir / workload.junit).unlink(missing_ok=True)
+                run = start(planned, on_line)
+                # vLLM's pipeline retries a job once on exit 134 (SIGABRT: a ROCm/KFD GPU hang).
+                # 134 from a shell or `docker --init`, -6 from a host process: the same SIGABRT.
+                if res.signal_of(run.exit_code) == signal.SIGABRT and not run.timed_out and attempts == 1:
+                    on_line(f"rocmci: exit {run.exit_code} (SIGABRT, e.g. a GPU hang on ROCm): retrying once")
+                    continue
+                break
+        result = outcome_of(workload, run, opts, registry, str(log_path))
+        result.attempts = attempts
+        results[number] = result
 
-    number = 0
-    for wave in prepared.waves:
-        threads = []
-        for planned in wave:
-            threads.append(threading.Thread(target=one, args=(number, planned, len(wave)), daemon=True))
-            number += 1
-        for t in threads:
-            t.start()
-        try:
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        number = 0
+        for wave in prepared.waves:
+            threads = []
+            for planned in wave:
+                threads.append(threading.Thread(target=one, args=(number, planned, len(wave)), daemon=True))
+                number += 1
             for t in threads:
-                while t.is_alive():
-                    t.join(timeout=0.2)
-        except KeyboardInterrupt:
-            if engine is not None:
-                for planned in wave:
-                    if planned.spec is not None:
-                        ctr.remove(engine, planned.spec.name)
-            raise
-    ordered = [results[i] for i in sorted(results)]
+                t.start()
+            try:
+                for t in threads:
+                    while t.is_alive():
+                        t.join(timeout=0.2)
+            except BaseException:
+                # Ctrl-C, SIGTERM: stop every container and process group, then let the threads finish.
+                running.stop_all()
+                for t in threads:
+                    t.join(timeout=15)
+                raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return merge_results(prepared, [results[i] for i in sorted(results)], opts)
+
+
+def merge_results(prepared: Prepared, ordered: list[res.Result], opts: RunOptions) -> list[res.Result]:
+    """Shards of one workload become one result (and one JUnit file); other runs stay as they are."""
     merged: list[res.Result] = []
     runs = prepared.runs
     i = 0
@@ -243,7 +347,9 @@ def execute(
         else:
             merged.append(merge_shards(chunk, f"moe-tests {group} ({len(chunk)} shards)"))
             shard_files = [opts.results_dir / run.workload.junit for run in runs[i:j] if run.workload.junit]
-            res.merge_junit_files(shard_files, opts.results_dir / f"junit-moe-{group}.xml")
+            target = opts.results_dir / f"junit-moe-{group}.xml"
+            res.merge_junit_files(shard_files, target)
+            prepared.files.append(target)
         i = j
     return merged
 
@@ -276,6 +382,7 @@ def outcome_of(
         infra_error=run.infra_error,
         teardown_hint=teardown_hint(workload, registry),
         oom_killed=run.oom_killed,
+        in_container=not opts.no_container,
     )
     if junit_problem and outcome in (res.Outcome.FAILED, res.Outcome.PASSED):
         detail += f" ({junit_problem})"
@@ -294,7 +401,7 @@ def merge_shards(results: list[res.Result], name: str) -> res.Result:
     for r in results:
         if r.junit is not None:
             junit = r.junit if junit is None else junit.merge(r.junit)
-    details = "; ".join(f"shard {i}: {r.outcome.value} ({r.detail})" for i, r in enumerate(results))
+    details = shard_summary(results, junit)
     return res.Result(
         name,
         outcome,
@@ -307,17 +414,45 @@ def merge_shards(results: list[res.Result], name: str) -> res.Result:
     )
 
 
-def report(results: list[res.Result], opts: RunOptions, as_json: bool) -> int:
+PASSED = res.Outcome.PASSED
+
+
+def shard_summary(results: list[res.Result], junit: res.JUnitSummary | None) -> str:
+    """Once for all shards: the totals, then only the shards that did not pass, each in its own words."""
+    head = f"{len(results)} shards"
+    if junit is not None:
+        head += f": {junit.passed} passed, {junit.skipped} skipped" + (
+            f", {len(junit.failed_cases)} failed" if junit.failed_cases else ""
+        )
+    odd = [f"shard {i}: {r.outcome.value} ({r.detail})" for i, r in enumerate(results) if r.outcome is not PASSED]
+    return "; ".join([head, *odd])
+
+
+def report(
+    results: list[res.Result],
+    opts: RunOptions,
+    as_json: bool,
+    notes: Sequence[str] = (),
+    files: Sequence[Path] = (),
+) -> int:
+    """Results to the terminal and the results folder, and under Buildkite to the build page."""
     annotation = opts.results_dir / "annotation.md"
-    write_atomic(annotation, res.render_annotation(results))
+    write_atomic(annotation, res.render_annotation(results, list(notes)))
     write_atomic(opts.results_dir / "results.json", res.render_json(results) + "\n")
     print(res.render_json(results) if as_json else res.render_table(results))
-    if not as_json:
+    agent = res.under_buildkite()
+    if agent:
+        present = [f for f in dict.fromkeys(files) if f.is_file()]
+        for problem in res.post_to_buildkite(agent, results, list(notes), opts.results_dir, present):
+            print(f"rocmci: {problem}", file=sys.stderr)
+        if not as_json:
+            print(f"\nposted to the Buildkite build page; files also in {opts.results_dir}", file=sys.stderr)
+    elif not as_json:
         print(f"\nlogs and JUnit XML in {opts.results_dir}; Buildkite annotation: {annotation}", file=sys.stderr)
-    return res.EXIT_CODES[res.worst([r.outcome for r in results])]
+    return res.exit_code(results, strict=opts.strict)
 
 
-def dry_run_lines(prepared: Prepared, engine: Engine | None) -> list[str]:
+def dry_run_lines(prepared: Prepared, engine: Engine | None, opts: RunOptions | None = None) -> list[str]:
     from rocmci.report import shell_lines
 
     client = "docker"
@@ -326,13 +461,41 @@ def dry_run_lines(prepared: Prepared, engine: Engine | None) -> list[str]:
             client = engine.client
         except Exception:  # noqa: BLE001 - a dry run must print even without a docker client
             client = "docker"
-    lines = [f"# preflight: {w}" for w in prepared.warnings]
+    lines = [_comment(f"preflight: {w}") for w in prepared.warnings]
+    lines += [_comment(n) for n in prepared.notes]
     for planned in prepared.runs:
         workload = planned.workload
         gpu_text = ", ".join(f"{g.index}:{g.arch}" for g in planned.gpus) or "none detected"
-        lines.append(f"# {workload.name} on GPUs [{gpu_text}]: {workload.command_line()}")
+        lines.append(_comment(f"{workload.name} on GPUs [{gpu_text}]: {workload.command_line()}"))
         if workload.workarounds:
-            lines.append(f"# workarounds from the registry: {', '.join(workload.workarounds)}")
-        argv = ctr.run_argv(planned.spec, client) if planned.spec else list(workload.argv)
+            lines.append(_comment(f"workarounds from the registry: {', '.join(workload.workarounds)}"))
+        if planned.spec is not None:
+            lines.append(shell_lines(ctr.run_argv(planned.spec, client)))
+            continue
+        visible = planned.env.get("ROCR_VISIBLE_DEVICES")
+        if visible is not None:
+            lines.append(
+                f"# host process: GPUs {visible} visible (ROCR_VISIBLE_DEVICES={visible}; HIP sees them from 0)"
+            )
+        secrets = sorted(k for k in (opts.env if opts else {}) if is_secret(k))
+        if secrets:
+            lines.append(f"# plus from --env, values not shown: {', '.join(secrets)}")
+        if opts is not None:
+            lines.append(f"cd {shlex_quote(opts.workdir)}")
+        argv = ["env", *(f"{k}={v}" for k, v in planned.env.items()), *workload.argv]
         lines.append(shell_lines(argv))
     return lines
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _comment(text: str) -> str:
+    """A shell comment that stays one line whatever the text holds: pasted, it runs nothing."""
+    return "# " + _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def shlex_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rocmci import arch as archmod
@@ -22,6 +22,35 @@ MOE_MODES = {
 MOE_GPUS = 2  # multi_gpu_test(num_gpus=2) in vLLM's test module
 RESULTS_MOUNT = "/rocmci-results"
 BASE_PORT = 29500
+# What vLLM's runner (.buildkite/scripts/hardware_ci/run-amd-test.sh) sets for every test process,
+# in both its Docker and its native in-pod path: an empty arch list, so nothing JIT-compiles for the
+# image's wide build list, and the workspace on PYTHONPATH, so spawned workers import like the parent.
+RUNNER_ENV = {"PYTORCH_ROCM_ARCH": ""}
+# Orchestration variables the runner unsets before it starts the tests (clear_ci_orchestration_env):
+# they describe the CI job, and vLLM must not see them. Checked against the fixture in the tests.
+ORCHESTRATION_VARS = (
+    "VLLM_TEST_GROUP_NAME",
+    "VLLM_CI_REQUIRE_PERSISTENT_HF_CACHE",
+    "VLLM_CI_ARTIFACT_STEP",
+    "VLLM_TEST_CACHE",
+    "VLLM_CI_EXECUTION_MODE",
+    "VLLM_CI_WORKSPACE",
+    "VLLM_CI_REQUIRE_WORKSPACE_MOUNT",
+    "VLLM_TEST_COMMANDS",
+    "VLLM_CI_BRANCH",
+    "ROCM_BASE_DOCKERFILE",
+    "CI_BASE_DOCKERFILE",
+    "VLLM_CI_DOCKER_DISABLED",
+    "VLLM_CI_DIAGNOSTICS_DIR",
+    "VLLM_CI_EXPECTED_GPU_COUNT",
+    "VLLM_CI_K8S_POD_NAME",
+    "VLLM_CI_K8S_NAMESPACE",
+    "VLLM_CI_K8S_NODE_NAME",
+    "VLLM_CI_RESULTS_ROOT",
+    "VLLM_ALLOW_DEPRECATED_BEAM_SEARCH",
+)
+PYTEST_NO_TESTS = 5  # the runner's handle_pytest_exit turns this into success
+GPU_HANG_EXIT = 134  # SIGABRT from a ROCm/KFD GPU hang: the pipeline retries the job once on it
 
 
 @dataclass(frozen=True)
@@ -53,7 +82,7 @@ def dp_example(
     max_model_len: int = 2048,
     backend: str = "deepep_high_throughput",
     extra: Sequence[str] = (),
-    example: str = DP_EXAMPLE,
+    example: str = DP_EXAMPLE_MOVED,
 ) -> Workload:
     for name, value in (("--tp", tp), ("--dp", dp), ("--max-model-len", max_model_len)):
         if value < 1:
@@ -79,8 +108,12 @@ def moe_tests(
     extra: Sequence[str] = (),
     shards: int = 1,
     results_path: str = RESULTS_MOUNT,
+    obsolete: frozenset[str] = frozenset(),
 ) -> list[Workload]:
-    """One pytest run per mode and shard, so a workaround scoped to one mode never leaks into the other."""
+    """One pytest run per mode and shard, so a workaround scoped to one mode never leaks into the other.
+
+    Workarounds named in `obsolete` (their removal condition is met) are left out.
+    """
     if shards < 1:
         raise UsageError(f"--shards must be at least 1, got {shards}")
     out = []
@@ -88,7 +121,7 @@ def moe_tests(
         if mode not in MOE_MODES:
             raise UsageError(f"unknown mode {mode!r}", hint=f"choose {', '.join(MOE_MODES)} or both")
         expression = MOE_MODES[mode] if not keyword else f"({MOE_MODES[mode]}) and ({keyword})"
-        env, ids = env_for(list(registry), "moe-tests", mode)
+        env, ids = env_for(list(registry), "moe-tests", mode, set(obsolete))
         for index in range(shards):
             suffix = f"-shard{index}" if shards > 1 else ""
             junit = f"junit-moe-{mode}{suffix}.xml"
@@ -161,3 +194,36 @@ def shard_env(index: int) -> dict[str, str]:
     """Distinct rendezvous ports per shard: shards on one host share its network namespace."""
     port = BASE_PORT + 100 * index
     return {"MASTER_PORT": str(port), "VLLM_PORT": str(port + 10)}
+
+
+def runner_env(workspace: str, plugins: str | None = None) -> dict[str, str]:
+    """The environment vLLM's runner gives a test process, plus rocmci's shard plugin when one is used."""
+    return {**RUNNER_ENV, "PYTHONPATH": ":".join(filter(None, [workspace, plugins]))}
+
+
+def visible_env(gpus: Sequence[Gpu]) -> dict[str, str]:
+    """Host mode: only the chosen GPUs visible. ROCR filters by KFD index first; HIP and CUDA then index
+    what is left from 0, so they are set too, or an inherited value would pick from the wrong list."""
+    if not gpus:
+        return {}
+    relative = ",".join(str(n) for n in range(len(gpus)))
+    return {
+        "ROCR_VISIBLE_DEVICES": ",".join(str(g.index) for g in gpus),
+        "HIP_VISIBLE_DEVICES": relative,
+        "CUDA_VISIBLE_DEVICES": relative,
+    }
+
+
+def host_env(inherited: Mapping[str, str]) -> dict[str, str]:
+    """The host environment a host-mode workload inherits: without the CI job's orchestration variables."""
+    return {k: v for k, v in inherited.items() if k not in ORCHESTRATION_VARS}
+
+
+def expected_gpu_count(env: Mapping[str, str]) -> int | None:
+    """VLLM_CI_EXPECTED_GPU_COUNT, which vLLM's pipeline sets for every step (the GPUs of the agent's pod)."""
+    raw = env.get("VLLM_CI_EXPECTED_GPU_COUNT")
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit():
+        raise UsageError(f"invalid VLLM_CI_EXPECTED_GPU_COUNT={raw!r}", hint="it must be a whole number of GPUs")
+    return int(raw)

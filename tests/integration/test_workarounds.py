@@ -1,4 +1,4 @@
-"""`invoke workarounds --image`: the removal condition is checked against a real image."""
+"""`invoke workarounds --image`: image labels as evidence, on a real image."""
 
 from __future__ import annotations
 
@@ -12,16 +12,12 @@ from tests.conftest import run_invoke
 
 
 @pytest.fixture
-def rocm_image(engine, busybox_image):
+def labelled_image(engine, busybox_image):
     made = []
 
     def make(fixes: str) -> str:
         tag = f"rocmci-test/rocm-facts:{uuid.uuid4().hex[:8]}"
-        dockerfile = (
-            f"FROM {busybox_image}\n"
-            "RUN mkdir -p /opt/rocm/.info && echo 7.1.0-55 > /opt/rocm/.info/version\n"
-            f'LABEL rocmci.rocm.fixes="{fixes}"\n'
-        )
+        dockerfile = f'FROM {busybox_image}\nLABEL rocmci.rocm.fixes="{fixes}"\n'
         done = subprocess.run(
             [engine.client, "build", "--network", "none", "-q", "-t", tag, "-"],
             input=dockerfile,
@@ -38,21 +34,34 @@ def rocm_image(engine, busybox_image):
     engine.cli("rmi", "-f", *made, check=False)
 
 
-def test_a_workaround_is_stale_once_the_image_carries_the_fix(engine, rocm_image):
-    fixed = rocm_image("ROCm/rocm-systems#6942")
+def test_obsolete_once_the_image_declares_the_fix(engine, labelled_image):
+    fixed = labelled_image("ROCm/rocm-systems#6942")
     done = run_invoke("workarounds", "--image", fixed, "--strict")
     assert done.returncode == 1
-    assert "STALE: the image declares ROCm/rocm-systems#6942" in done.stdout
-    assert f"image {fixed}: ROCm 7.1.0-55" in done.stdout
-    assert "stale workaround(s): rocprofiler-register-teardown, deepep-test-worker-os-exit" in done.stderr
-    assert engine.containers("rocmci.managed=1") == []  # the version probe container is gone
+    assert "rocprofiler-register-teardown: OBSOLETE" in done.stdout
+    assert f"    evidence: label rocmci.rocm.fixes='ROCm/rocm-systems#6942' on image {fixed}" in done.stdout
+    assert done.stderr.strip().startswith("rocmci: obsolete workaround(s): rocprofiler-register-teardown.")
+    assert engine.containers("rocmci.managed=1") == []
 
 
-def test_still_needed_without_the_fix(engine, rocm_image):
-    unfixed = rocm_image("")
+def test_applies_while_the_image_does_not(engine, labelled_image):
+    unfixed = labelled_image("")
     done = run_invoke("workarounds", "--image", unfixed, "--strict", "--json")
     assert done.returncode == 0, done.stderr
-    assert {row["id"]: row["status"] for row in json.loads(done.stdout)} == {
-        "rocprofiler-register-teardown": "active",
-        "deepep-test-worker-os-exit": "tracked (vllm)",
-    }
+    (row,) = json.loads(done.stdout)
+    assert (row["id"], row["status"]) == ("rocprofiler-register-teardown", "applies")
+    assert row["evidence"] == [f"image {unfixed}: no ROCm/rocm-systems#6942 in label rocmci.rocm.fixes"] or row[
+        "evidence"
+    ] == [f"image {unfixed} has no label rocmci.rocm.fixes"]
+
+
+def test_a_run_leaves_out_a_workaround_the_image_makes_obsolete(engine, labelled_image, fake_host, workdir):
+    from tests.integration.helpers import moe, run_env
+
+    fixed = labelled_image("ROCm/rocm-systems#6942")
+    done = run_invoke(*moe(fake_host, "--mode", "high-throughput", "--dry-run"), env=run_env(fixed, workdir))
+    assert done.returncode == 0, done.stderr
+    assert (
+        "# workaround rocprofiler-register-teardown NOT applied (ROCPROFILER_REGISTER_ENABLED=0 not set)" in done.stdout
+    )
+    assert "ROCPROFILER_REGISTER_ENABLED=0 \\" not in done.stdout

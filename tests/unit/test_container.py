@@ -55,3 +55,63 @@ def test_device_flags_map_exact_render_nodes():
 )  # fmt: skip
 def test_secret_names(name, secret):
     assert is_secret(name) is secret
+
+
+def _alive(pids):
+    out = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.append(pid)
+    return out
+
+
+SPAWNER = (
+    "import subprocess, sys, time\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+    "print(child.pid, flush=True)\n"
+    "time.sleep(300)\n"
+)
+
+
+def test_host_timeout_kills_the_whole_process_group(tmp_path):
+    """Real processes: the workload and the worker it started are both gone after a timeout."""
+    import os
+    import sys
+
+    lines = []
+    run = ctr.run_host(
+        [sys.executable, "-c", SPAWNER], workdir=str(tmp_path), env=dict(os.environ), timeout=2, on_line=lines.append
+    )
+    assert run.timed_out and run.exit_code == -15
+    assert _alive([int(lines[0])]) == []
+
+
+def test_running_stops_a_host_group_from_another_thread(tmp_path):
+    import os
+    import sys
+    import threading
+    import time
+
+    running = ctr.Running()
+    lines: list[str] = []
+    result = {}
+
+    def go():
+        result["run"] = ctr.run_host(
+            [sys.executable, "-c", SPAWNER], workdir=str(tmp_path), env=dict(os.environ), timeout=300,
+            on_line=lines.append, running=running,
+        )  # fmt: skip
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not lines and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running.stop_all()  # what Ctrl-C and SIGTERM do
+    thread.join(timeout=30)
+    assert not thread.is_alive() and result["run"].exit_code == -15 and not result["run"].timed_out
+    assert _alive([int(lines[0])]) == []

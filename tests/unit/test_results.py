@@ -77,3 +77,52 @@ def test_teardown_crash_names_signal_and_hint():
 
 def test_signal_of():
     assert (signal_of(139), signal_of(-11), signal_of(1), signal_of(0)) == (11, 11, None, None)
+
+
+def test_exit_code_treats_no_tests_like_upstreams_runner():
+    from rocmci.results import Result, exit_code
+
+    empty = [Result("w", Outcome.NO_TESTS, 5, 1.0, "pytest collected no tests")]
+    assert (exit_code(empty), exit_code(empty, strict=True)) == (0, 10)
+    crashed = [Result("w", Outcome.CRASHED_AT_TEARDOWN, 139, 1.0, "x")] + empty
+    assert exit_code(crashed) == 11
+
+
+def test_timeout_message_names_what_was_stopped():
+    assert classify(137, None, timed_out=True)[1] == "stopped at the timeout; the container was removed"
+    assert classify(-9, None, timed_out=True, in_container=False)[1] == (
+        "stopped at the timeout; its process group was killed"
+    )
+
+
+def test_annotation_links_refs_explains_teardown_once_and_escapes_pipes():
+    from rocmci.results import Result, annotation_style, render_annotation
+
+    teardown = Result(
+        "moe-tests high-throughput", Outcome.CRASHED_AT_TEARDOWN, 139, 61.0,
+        "28 passed, then the process died by SIGSEGV at teardown; likely (ROCm/rocm-systems#6942) a|b",
+        JUnitSummary(tests=28),
+    )  # fmt: skip
+    ok = Result("moe-tests low-latency", Outcome.PASSED, 0, 30.0, "28 passed, 0 skipped", JUnitSummary(tests=28))
+    text = render_annotation([teardown, ok], ["workaround x applied (vllm-project/vllm#55099)"])
+    link = "[ROCm/rocm-systems#6942](https://github.com/ROCm/rocm-systems/issues/6942)"
+    assert text.splitlines()[4] == (
+        "| moe-tests high-throughput | :warning: crashed at teardown | 61s | 28/28 | 28 passed, then the process "
+        f"died by SIGSEGV at teardown; likely ({link}) a\\|b |"
+    )
+    assert text.count("**Crashed at teardown**") == 1
+    assert (
+        "- workaround x applied ([vllm-project/vllm#55099](https://github.com/vllm-project/vllm/issues/55099))" in text
+    )
+    assert annotation_style([teardown, ok]) == "warning" and annotation_style([ok]) == "success"
+
+
+def test_buildkite_commands_and_context():
+    from rocmci.results import annotation_context, buildkite_commands
+
+    assert annotation_context(["moe-tests", "moe-tests"], {}) == "rocmci-moe-tests"
+    assert annotation_context(["dp-example"], {"BUILDKITE_PARALLEL_JOB": "2; rm"}) == "rocmci-dp-example-2_rm"
+    assert buildkite_commands("bk", "c", "error", ["a.log"]) == [
+        ["bk", "annotate", "--context", "c", "--style", "error"],
+        ["bk", "artifact", "upload", "a.log"],
+    ]

@@ -17,7 +17,8 @@ def registry():
 
 
 def test_default_dp_example_is_exactly_upstreams_command():
-    w = wl.dp_example()
+    w = wl.dp_example(example=wl.DP_EXAMPLE)
+    assert wl.dp_example().argv[1] == "examples/features/data_parallel/data_parallel_offline.py"  # vLLM's path now
     assert w.command_line() == (
         "VLLM_LOGGING_LEVEL=DEBUG python3 examples/offline_inference/data_parallel.py "
         "--model=Qwen/Qwen1.5-MoE-A2.7B -tp=1 -dp=2 --max-model-len=2048 --all2all-backend=deepep_high_throughput"
@@ -68,14 +69,63 @@ def test_arch_coverage():
         wl.check_archs([Gpu(0, 1, "gfx90a", 128)], "gfx942", "img")
 
 
-def test_stale_when_the_image_carries_the_fix():
-    w = registry()[0]
-    assert wa.stale_reason(w, None) is None
-    assert wa.stale_reason(w, wa.ImageFacts()) is None
-    assert "declares ROCm/rocm-systems#6942" in wa.stale_reason(w, wa.ImageFacts(fixes={"ROCm/rocm-systems#6942"}))
-    versioned = wa.Workaround(**{**w.__dict__, "rocm_version_at_least": "7.2"})
-    assert wa.stale_reason(versioned, wa.ImageFacts(rocm_version="7.1.1-42")) is None
-    assert "ROCm 7.2.0 >= 7.2" in wa.stale_reason(versioned, wa.ImageFacts(rocm_version="7.2.0"))
+def _tree(tmp_path: Path, test_module: str, base: str = "FROM x\n") -> Path:
+    (tmp_path / "tests/kernels/moe").mkdir(parents=True)
+    (tmp_path / "docker").mkdir()
+    (tmp_path / "tests/kernels/moe/test_deepep_moe.py").write_text(test_module)
+    (tmp_path / "docker/Dockerfile.rocm_base").write_text(base)
+    return tmp_path
+
+
+def test_evidence_from_the_vllm_source(tmp_path):
+    (w,) = registry()
+    old = _tree(tmp_path / "old", 'import os\n\nos.environ["ROCPROFILER_REGISTER_ENABLED"] = "0"\n')
+    new = _tree(tmp_path / "new", 'import os\n\nprint(os.environ.get("ROCPROFILER_REGISTER_ENABLED"))\n')
+    backported = _tree(
+        tmp_path / "bp", old.joinpath("tests/kernels/moe/test_deepep_moe.py").read_text(),
+        "FROM x\n# backport of https://github.com/ROCm/rocm-systems/pull/6942\nRUN patch\n",
+    )  # fmt: skip
+    assert wa.check(w, wa.Sources()).status == wa.APPLIES
+    assert wa.check(w, wa.Sources()).reason().startswith("no evidence checked")
+    applies = wa.check(w, wa.Sources(vllm_src=old))
+    assert applies.status == wa.APPLIES
+    assert (
+        applies.evidence[0]
+        == f'{old}/tests/kernels/moe/test_deepep_moe.py:3: os.environ["ROCPROFILER_REGISTER_ENABLED"] = "0"'
+    )
+    gone = wa.check(w, wa.Sources(vllm_src=new))
+    assert gone.obsolete and gone.evidence[0].startswith(f"{new}/tests/kernels/moe/test_deepep_moe.py: no line matches")
+    base = wa.check(w, wa.Sources(vllm_src=backported))
+    assert base.obsolete and base.evidence == (
+        f"{backported}/docker/Dockerfile.rocm_base:2: # backport of https://github.com/ROCm/rocm-systems/pull/6942",
+    )
+    labelled = wa.check(w, wa.Sources(image="img", labels={"rocmci.rocm.fixes": "a/b#1, ROCm/rocm-systems#6942"}))
+    assert labelled.obsolete and labelled.evidence == (
+        "label rocmci.rocm.fixes='a/b#1, ROCm/rocm-systems#6942' on image img",
+    )
+    assert wa.check(w, wa.Sources(image="img", labels={})).evidence == ("image img has no label rocmci.rocm.fixes",)
+    obsolete, notes = wa.run_decisions([gone], {"moe-tests"})
+    assert obsolete == {"rocprofiler-register-teardown"} and "NOT applied" in notes[0]
+    assert wa.run_decisions([gone], {"dp-example"}) == (frozenset(), [])
+
+
+def test_evidence_from_a_fix_commit(tmp_path):
+    import subprocess
+
+    def git(*a):
+        return subprocess.run(["git", "-C", str(tmp_path), *a], capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "fix")
+    fix = git("rev-parse", "HEAD").strip()
+    git("checkout", "-q", "--orphan", "other")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "unrelated")
+    condition = wa.Condition("vllm_commit", commit=fix)
+    assert wa.check_condition(condition, wa.Sources(vllm_src=tmp_path))[0] is False
+    git("merge", "-q", "--allow-unrelated-histories", "-m", "m", fix)
+    met, evidence = wa.check_condition(condition, wa.Sources(vllm_src=tmp_path))
+    assert met is True and evidence == f"{tmp_path}: HEAD contains {fix} (git merge-base --is-ancestor)"
+    assert wa.check_condition(wa.Condition("vllm_commit", commit="abcdef1"), wa.Sources(vllm_src=tmp_path))[0] is None
 
 
 @pytest.mark.parametrize(
@@ -86,6 +136,12 @@ def test_stale_when_the_image_carries_the_fix():
         ("workarounds:\n- {id: a, colour: red}", "unknown key 'colour'"),
         ("workarounds:\n- {id: a}\n- {id: a}", "unique 'id'"),
         ("workarounds:\n- {id: a, applies_to: {platfrom: rocm}}", "'applies_to' takes"),
+        ("workarounds:\n- {id: a, remove_when: {fix: x}}", "'remove_when' must be a list"),
+        ("workarounds:\n- {id: a, remove_when: [{when: x}]}", "each 'remove_when' item is one of"),
+        ("workarounds:\n- {id: a, remove_when: [{vllm_commit: 'HEAD; rm -rf /'}]}", "must be a commit hash"),
+        ("workarounds:\n- {id: a, remove_when: [{vllm_file_has: {path: ../x, pattern: a}}]}", "must be relative"),
+        ("workarounds:\n- {id: a, remove_when: [{vllm_file_has: {path: x, pattern: '('}}]}", "not a regular expr"),
+        ("workarounds:\n- {id: a, remove_when: [{image_label: {name: x}}]}", "takes exactly has, name"),
     ],
 )
 def test_bad_registry(text, message):
@@ -95,5 +151,5 @@ def test_bad_registry(text, message):
 
 def test_registry_file_loads():
     ids = [w.id for w in registry()]
-    assert ids == ["rocprofiler-register-teardown", "deepep-test-worker-os-exit"]
+    assert ids == ["rocprofiler-register-teardown"]  # vLLM #55099 removed the os._exit in-test workaround
     assert Path(REPO / "workarounds.yaml").is_file()
