@@ -53,7 +53,7 @@ def show_settings(*, as_json: bool = False) -> int:
     if as_json:
         print(to_json({name: {"value": value, "source": source} for name, value, source in resolved.rows()}))
     else:
-        print(table(("setting", "value", "source"), resolved.rows()))
+        print(table(("setting", "value", "source"), resolved.rows(), styles={"default": "dim"}))
         print(f"\nworkspace: {resolved.workspace}")
     return 0
 
@@ -62,6 +62,7 @@ def doctor(*, purpose: str | None = None, kfd_root: str = "/", as_json: bool = F
     from rocmci import doctor as doc
     from rocmci.engine import Engine
     from rocmci.errors import UsageError
+    from rocmci.report import lines as report_lines
 
     if purpose is not None and purpose not in doc.NEEDS:
         doc.needed_failures([], purpose)  # raises the usage error with the choices
@@ -81,15 +82,8 @@ def doctor(*, purpose: str | None = None, kfd_root: str = "/", as_json: bool = F
     if as_json:
         print(to_json([c.__dict__ for c in checks]))
     else:
-        needed = {c.name for c in doc.needed_failures(checks, purpose)}
-        status = {True: "ok", False: "no"}
-        rows = [(c.name, "MISSING" if c.name in needed else status[c.ok], c.detail) for c in checks]
-        print(table(("check", "status", "detail"), rows))
-        if not any(c.ok for c in checks if c.name == "AMD GPUs"):
-            print(
-                "\nNo AMD GPU on this host: image builds and pipeline work here; "
-                "the DeepEP workloads need an AMD GPU host."
-            )
+        print(table(("check", "status", "detail"), doc.rows(checks, purpose), styles=doc.STATUS_STYLES))
+        print("\n" + report_lines(doc.verdict(checks)))
     doc.raise_if_missing(checks, purpose)
     return 0
 
@@ -111,24 +105,17 @@ def eprint(*args: Any) -> None:
 
 
 def _generate_options(s, changed_file, diff_base, run_all, nightly):
-    from rocmci.arch import parse_arch_list
+    """(generator options, bootstrap decision): the inputs bootstrap-amd.sh would give the template."""
     from rocmci.errors import UsageError
-    from rocmci.pipeline import generate as gen
     from rocmci.pipeline import service
 
     if not _CI_IMAGE.fullmatch(s.ci_image):
         raise UsageError(
             f"ci_image {s.ci_image!r} is not an image reference",
-            hint="e.g. rocm/vllm-ci:$BUILDKITE_COMMIT; it becomes part of a shell command in the pipeline",
+            hint="e.g. rocm/vllm-ci:build-$BUILDKITE_BUILD_ID; it is written into the pipeline's env",
         )
-    return gen.Options(
-        image=s.ci_image,
-        mirror_hw=s.mirror_hw,
-        changed_files=service.changed_files(changed_file, diff_base, s.workspace),
-        run_all=run_all,
-        nightly=nightly,
-        archs=parse_arch_list(s.arch),
-    )
+    changed = service.changed_files(changed_file, diff_base, s.workspace)
+    return service.options(s, changed, run_all, nightly)
 
 
 def pipeline_generate(
@@ -137,34 +124,49 @@ def pipeline_generate(
     changed_files: str | None = None,
     diff_base: str | None = None,
     mirror_hw: str | None = None,
+    branch: str | None = None,
     run_all: bool = False,
     nightly: bool = False,
     arch: str | None = None,
     out: str | None = None,
     fmt: str = "yaml",
+    keep_going: bool = False,
+    annotation: str | None = None,
 ) -> int:
     from rocmci.errors import FindingsError, UsageError
     from rocmci.files import write_atomic
-    from rocmci.pipeline import service
+    from rocmci.pipeline import keepgoing, service
 
     if fmt not in ("yaml", "json"):
         raise UsageError(f"unknown --format {fmt!r}", hint="choose yaml or json")
-    s = _settings(mirror_hw=mirror_hw, arch=arch)
+    s = _settings(mirror_hw=mirror_hw, arch=arch, branch=branch)
     i = service.inputs(s, source)
-    opts = _generate_options(s, changed_files, diff_base, run_all, nightly)
+    opts, decision = _generate_options(s, changed_files, diff_base, run_all, nightly)
+    if decision.skip:
+        eprint(f"no pipeline: {decision.skip} (as bootstrap-amd.sh)")
+        return 0
     with _no_gc():
-        _, generated, report = service.build(i, opts, s.workspace)
+        src, generated, report = service.build(i, opts, s.workspace)
     if report.findings:
         eprint(service.format_report(report, as_json=False))
-    if report.errors:
+    pipeline = generated.pipeline
+    if report.errors and not keep_going:
         raise FindingsError(
             f"{report.errors} error(s) in the generated pipeline; nothing was written",
-            hint="fix the findings above (file:line) and generate again",
+            hint="fix the findings above (file:line), or pass --keep-going to hold those steps behind block steps",
         )
-    text = service.render(generated.pipeline, fmt, i.source_name)
+    if report.errors:
+        pipeline, held = keepgoing.hold(src, generated, report.findings)
+        for h in held:
+            eprint(f"--keep-going: {h.title}: {'held behind a block step' if h.how == 'held' else 'left out'}")
+    else:
+        held = []
+    if annotation and report.findings:
+        write_atomic(Path(annotation), keepgoing.annotation(i.source_name, report.findings, held))
+    text = service.render(pipeline, fmt, i.source_name)
     if out:
         write_atomic(Path(out), text)
-        eprint(f"wrote {out}: {len(generated.pipeline['steps'])} steps")
+        eprint(f"wrote {out}: {len(pipeline['steps'][0]['steps'])} steps in group {pipeline['steps'][0]['group']!r}")
     else:
         sys.stdout.write(text)
     return 0
@@ -189,7 +191,7 @@ def pipeline_validate(
         if pipeline:
             report = service.load_pipeline_report(Path(pipeline), service.context(i, s.workspace), s.workspace)
         else:
-            opts = _generate_options(s, None, None, run_all=False, nightly=False)
+            opts, _ = _generate_options(s, None, None, run_all=False, nightly=False)
             _, _, report = service.build(i, opts, s.workspace)
     print(service.format_report(report, as_json))
     return 1 if report.errors else 0
@@ -201,166 +203,239 @@ def pipeline_plan(
     changed_files: str | None = None,
     diff_base: str | None = None,
     mirror_hw: str | None = None,
+    branch: str | None = None,
     run_all: bool = False,
     nightly: bool = False,
     as_json: bool = False,
 ) -> int:
-    from rocmci.pipeline import generate as gen
     from rocmci.pipeline import service
-    from rocmci.pipeline.source import load_source
 
-    s = _settings(mirror_hw=mirror_hw)
+    s = _settings(mirror_hw=mirror_hw, branch=branch)
     i = service.inputs(s, source)
-    opts = _generate_options(s, changed_files, diff_base, run_all, nightly)
-    src = load_source(i.source_path, i.source_name)
-    forced = None if opts.changed_files is None else gen.run_all_trigger(opts.changed_files)
-    decisions = [gen.decide(step, opts, forced) for step in src.steps]
-    rows = [(d.action, d.step.pool, d.step.label, d.reason) for d in decisions]
+    opts, decision = _generate_options(s, changed_files, diff_base, run_all, nightly)
+    plan = service.plan(i, opts, decision)
     if as_json:
-        print(to_json([dict(zip(("action", "pool", "label", "reason"), row, strict=True)) for row in rows]))
+        print(to_json(plan))
+        return 0
+    print("\n".join(plan["bootstrap"]))
+    if decision.skip:
         return 0
     order = {"run": 0, "block": 1, "skip": 2}
-    print(table(("action", "pool", "step", "why"), sorted(rows, key=lambda r: order[r[0]])))
+    rows = sorted(((d["action"], d["pool"], d["label"], d["reason"]) for d in plan["steps"]), key=lambda r: order[r[0]])
+    print(table(("action", "pool", "step", "why"), rows))
     counts = {a: sum(r[0] == a for r in rows) for a in order}
-    print(f"\n{counts['run']} run, {counts['block']} blocked, {counts['skip']} not on {s.mirror_hw}")
+    print(f"\n{counts['run']} run, {counts['block']} blocked, {counts['skip']} not on {opts.inputs.mirror_hw}")
     return 0
 
 
+def pipeline_diff(
+    *,
+    template: str,
+    source: str | None = None,
+    changed_files: str | None = None,
+    branch: str | None = None,
+    mirror_hw: str | None = None,
+    run_all: bool = False,
+    nightly: bool = False,
+    examples: int | str = 20,
+    as_json: bool = False,
+) -> int:
+    """Render a ci-infra template the way bootstrap-amd.sh does and compare it with rocmci's generator."""
+    from rocmci.errors import UsageError
+    from rocmci.pipeline import service
+
+    if changed_files and (run_all or nightly):
+        raise UsageError("give --changed-files, --run-all or --nightly, not several")
+    s = _settings(mirror_hw=mirror_hw, branch=branch)
+    i = service.inputs(s, source)
+    opts, decision = _generate_options(s, changed_files, None, run_all, nightly)
+    if decision.skip:
+        eprint(f"no pipeline to compare: {decision.skip}")
+        return 0
+    comparison = service.diff(Path(template), i, opts)
+    if as_json:
+        print(to_json([d.__dict__ | {"allowed": d.allowed} for d in comparison.differences]))
+    else:
+        print(comparison.summary(examples=_int("--examples", examples, minimum=0)))
+    return 1 if comparison.unexpected else 0
+
+
 def configured_image(s) -> str:
-    """The image workloads use: the 'image' setting, else the tag `image.build` gives the configured archs."""
+    """The image workloads use: the 'image' setting, else the tag `image.build` gives the test image."""
     from rocmci.image.plan import image_tag
 
     if s.image:
         return s.image
-    return image_tag(s.image_repo, s.require("deepep_ref"), _archs(s.require("arch")), None)
+    vllm_archs = _archs(s.vllm_arch) if s.vllm_arch else None
+    return image_tag(s.image_repo, "test", _archs(s.require("arch")), vllm_archs)
 
 
-_GIT_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}")
-_IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
-# The same, plus Buildkite's upload-time $VAR / ${VAR}, for tags written into the pipeline.
+# An image reference, plus Buildkite's upload-time $VAR / ${VAR}, for tags written into the pipeline.
 _CI_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*(?:\$\{?[A-Z_][A-Z0-9_]*\}?[A-Za-z0-9._-]*)*")
 
 
-def _vllm_revision(path: Path) -> str:
-    """Identifies a local vLLM checkout in the input hash: its commit, and whether it has local changes."""
-    import subprocess
+def _image_settings(vllm_src, arch=None, vllm_arch=None, **more):
+    return _settings(vllm_src=vllm_src, arch=arch, vllm_arch=vllm_arch, **more)
 
-    from rocmci.errors import UsageError
 
-    if not path.is_dir():
-        raise UsageError(f"--vllm-src {path} is not a folder", hint="point it at a vLLM checkout")
-    done = subprocess.run(
-        ["git", "-C", str(path), "describe", "--always", "--dirty", "--abbrev=40"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return done.stdout.strip() if done.returncode == 0 else f"untracked:{path.resolve()}"
+def image_check(
+    *, vllm_src: str | None = None, arch: str | None = None, vllm_arch: str | None = None, as_json: bool = False
+) -> int:
+    from rocmci.image import check as checkmod
+    from rocmci.image import service
+
+    co, req, findings = service.run_check(_image_settings(vllm_src, arch, vllm_arch))
+    if as_json:
+        print(to_json({"file": str(co.dockerfile.path), "archs": list(req.archs), "ok": not findings,
+                       "findings": [f.as_dict() for f in findings]}))
+    elif findings:
+        print(checkmod.render(findings))
+        print(f"\n{len(findings)} error(s) in the arch flow of {co.dockerfile.path}")
+    else:
+        print(checkmod.summary(co.dockerfile, req))
+    return 1 if findings else 0
+
+
+def _print_commands(commands: list[tuple[str, list[str]]]) -> None:
+    for comment, argv in commands:
+        if comment:
+            print(f"# {comment}")
+        print(shell_lines(argv))
+
+
+def _client(engine) -> str:
+    from rocmci.errors import EngineError
+
+    try:
+        return engine.client
+    except EngineError:
+        return "docker"
 
 
 def image_build(
     *,
+    vllm_src: str | None = None,
     arch: str | None = None,
+    vllm_arch: str | None = None,
     deepep_ref: str | None = None,
     rocshmem_ref: str | None = None,
     base_image: str | None = None,
-    target: str = "final",
+    target: str = "test",
+    ci_base: str | None = None,
     tag: str | None = None,
     push: bool = False,
     force: bool = False,
     dry_run: bool = False,
-    vllm_src: str | None = None,
-    vllm_arch: str | None = None,
     network: str | None = None,
 ) -> int:
     from rocmci import arch as archmod
     from rocmci.engine import Engine
-    from rocmci.errors import EngineError, InputError, UsageError
-    from rocmci.gpus import detect_gpus
+    from rocmci.image import check as checkmod
     from rocmci.image import plan as planmod
+    from rocmci.image import service
 
-    s = _settings(
-        arch=arch, deepep_ref=deepep_ref, rocshmem_ref=rocshmem_ref, base_image=base_image, build_network=network
+    s = _image_settings(
+        vllm_src, arch, vllm_arch, deepep_ref=deepep_ref, rocshmem_ref=rocshmem_ref, base_image=base_image,
+        build_network=network,
     )
-    # Arch problems must surface before anything slow: a wrong list costs hours of build otherwise.
-    text = s.require("arch")
-    host = [g.arch for g in detect_gpus()] if text.strip().lower() == archmod.NATIVE else []
-    archs = archmod.resolve_arch_list(text, host_archs=host, what="--arch")
-    archmod.require_deepep_support(archs)
-    vllm_archs = archmod.parse_arch_list(vllm_arch, what="--vllm-arch") if vllm_arch else None
-    dockerfile = s.path("dockerfile")
-    try:
-        dockerfile_text = dockerfile.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read the Dockerfile: {exc.strerror}", where=str(dockerfile)) from None
-    refs_hint = "use a commit, branch or tag name"
-    image_hint = "use an image reference like repo/name:tag"
-    for flag, value, pattern, hint in (
-        ("--deepep-ref", s.require("deepep_ref"), _GIT_REF, refs_hint),
-        ("--rocshmem-ref", s.require("rocshmem_ref"), _GIT_REF, refs_hint),
-        ("vllm_ref", s.require("vllm_ref"), _GIT_REF, refs_hint),
-        ("--base-image", s.require("base_image"), _IMAGE_REF, image_hint),
-        ("--tag", tag or "unset", _IMAGE_REF, image_hint),
-    ):
-        if not pattern.fullmatch(value):
-            raise UsageError(f"{flag} {value!r} is not a valid reference", hint=hint)
-    build_args = {
-        "BASE_IMAGE": s.require("base_image"),
-        "DEEPEP_REPO": s.require("deepep_repo"),
-        "DEEPEP_BRANCH": s.require("deepep_ref"),
-        "DEEPEP_NIC": s.require("deepep_nic"),
-        "ROCSHMEM_REPO": s.require("rocshmem_repo"),
-        "ROCSHMEM_BRANCH": s.require("rocshmem_ref"),
-        "VLLM_REPO": s.require("vllm_repo"),
-        "VLLM_BRANCH": s.require("vllm_ref"),
-    }
-    src = Path(vllm_src).resolve() if vllm_src else None
-    request = planmod.BuildRequest(
-        dockerfile=dockerfile,
-        context=dockerfile.parent,  # the git build copies nothing from the context: keep it small
-        archs=archs,
-        build_args=build_args,
-        image_repo=s.image_repo,
-        tag=tag,
-        target=target,
-        vllm_archs=vllm_archs,
-        vllm_src=src,
-        vllm_src_revision=_vllm_revision(src) if src else None,
-        network=s.build_network or None,
-        push=push,
-        force=force,
+    # Arch problems surface before anything slow: a wrong list costs hours of build otherwise.
+    archmod.require_deepep_support(service.deepep_archs(s))
+    co, req, findings = service.run_check(s)
+    refused = service.refusal(co, req, findings)
+    if refused:
+        if refused.exit_code == 1:  # findings in the file: show them all, as image.check would
+            eprint(checkmod.render(findings))
+        raise refused
+    for f in findings:
+        eprint(f"{f.text()} (building the file's default list, as vLLM does)")
+    plan = planmod.plan_build(
+        service.build_request(s, co, req, target=target, tag=tag, ci_base=ci_base, push=push, force=force)
     )
-    plan = planmod.plan_build(request, dockerfile_text)
     engine = Engine(s.docker)
     if dry_run:
-        try:
-            client = engine.client
-        except EngineError:
-            client = "docker"
-        commands = [plan.argv(client)] + ([plan.push_argv(client)] if push else [])
-        for n, argv in enumerate(commands):
-            prefix = "DOCKER_BUILDKIT=1 " if n == 0 else ""
-            print(prefix + shell_lines(argv))
-        eprint(f"dry run: tag {plan.tag}, input hash {plan.input_hash}; nothing was built")
+        client = _client(engine)
+        commands = []
+        for step in plan.steps:
+            note = f"{step.target}: skipped when {step.tag} carries {planmod.INPUT_HASH_LABEL}={step.input_hash}"
+            commands.append((note, ["env", "DOCKER_BUILDKIT=1", *step.argv(client)]))
+            if step.push:
+                commands.append(("", step.push_argv(client)))
+        _print_commands(commands)
+        for note in plan.notes:
+            eprint(f"note: {note}")
+        eprint(f"dry run: image {plan.tag}; nothing was built")
         return 0
     from rocmci.image.build import build
 
     live = sys.stderr.isatty() and not os.environ.get("CI")
-    result = build(plan, engine, live=live, log=eprint)
-    if result.built:
-        eprint(f"built {result.tag} in {result.seconds:.0f}s (archs {archmod.canonical(archs)})")
+    build(plan, engine, live=live, log=eprint)
+    return 0
+
+
+def image_retarget(
+    *,
+    from_image: str,
+    arch: str | None = None,
+    vllm_src: str | None = None,
+    tag: str | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    network: str | None = None,
+) -> int:
+    from rocmci.engine import Engine
+    from rocmci.errors import UsageError
+    from rocmci.image import retarget as retargetmod
+    from rocmci.image import service
+    from rocmci.image.build import build_step
+
+    if not from_image:
+        raise UsageError("image.retarget needs --from IMAGE", hint="name a vLLM ROCm image, e.g. rocm/vllm-ci:<commit>")
+    s = _image_settings(vllm_src, arch, build_network=network)
+    co = service.checkout(s)
+    engine = Engine(s.docker)
+    identity = from_image
+    if not dry_run:
+        done = engine.cli("image", "inspect", "--format", "{{.Id}}", from_image, check=False)
+        if done.returncode != 0:
+            raise UsageError(f"no image {from_image} on this engine", hint="build or pull it first")
+        identity = done.stdout.strip()
+    request = service.retarget_request(s, co, from_image=from_image, from_identity=identity, tag=tag, force=force)
+    overlay = retargetmod.OVERLAY.read_text(encoding="utf-8")
+    plan = retargetmod.plan_retarget(request, overlay)
+    if dry_run:
+        client = _client(engine)
+        rows = [(arg, plan.step.build_args[arg], source) for arg, source in plan.sources.items()]
+        eprint(table(("build arg", "value", "read from"), rows))
+        _print_commands(
+            [
+                (f"skipped when {plan.step.tag} carries its input hash", ["env", "DOCKER_BUILDKIT=1",
+                                                                            *plan.step.argv(client)]),
+                ("then, inside the result:", plan.verify_argv(client)),
+            ]
+        )
+        eprint(f"dry run: image {plan.step.tag}; nothing was built")
+        return 0
+    live = sys.stderr.isatty() and not os.environ.get("CI")
+    result = build_step(plan.step, engine, live=live, log=eprint)
+    done = engine.cli(*plan.verify_argv(engine.client)[1:], timeout=600, check=False)
+    verified = retargetmod.check_verification(done.stdout, done.returncode, plan.step.tag)
+    action = "built" if result.built else "reused"
+    eprint(f"{action} {plan.step.tag}: deep_ep imports; code objects for {';'.join(verified['found'])}")
     return 0
 
 
 LABEL_ROWS = (
+    ("target", "rocmci.target"),
     ("archs (DEEPEP_ROCM_ARCH)", "rocmci.arch"),
     ("vLLM archs", "rocmci.vllm.arch"),
     ("DeepEP", "rocmci.deepep.repo", "rocmci.deepep.ref"),
     ("DeepEP NIC", "rocmci.deepep.nic"),
+    ("DeepEP setup flags", "rocmci.deepep.flags"),
     ("rocSHMEM", "rocmci.rocshmem.repo", "rocmci.rocshmem.ref"),
-    ("vLLM", "rocmci.vllm.repo", "rocmci.vllm.ref"),
-    ("vLLM source", "rocmci.vllm.source"),
+    ("vLLM commit", "rocmci.vllm.commit"),
     ("base image", "rocmci.base-image"),
+    ("CI base image", "rocmci.ci-base-image"),
+    ("retargeted from", "rocmci.retarget.from"),
     ("input hash", "rocmci.input-hash"),
 )
 
@@ -394,6 +469,9 @@ def _run_options(s, **kw: Any):
     from rocmci.runs import RunOptions, parse_env
     from rocmci.workloads import WORKSPACE
 
+    no_container = bool(kw.get("no_container"))
+    # A native CI pod names its workspace; vLLM's runner defaults to the image's /vllm-workspace.
+    default_workdir = (os.environ.get("VLLM_CI_WORKSPACE") or WORKSPACE) if no_container else WORKSPACE
     return RunOptions(
         image=configured_image(s),
         results_dir=s.path("results_dir"),
@@ -403,7 +481,7 @@ def _run_options(s, **kw: Any):
         memory=s.run_memory or None,
         hf_cache=s.hf_cache,
         env=parse_env(kw.pop("env") or ()),
-        workdir=kw.pop("workdir") or WORKSPACE,
+        workdir=kw.pop("workdir") or default_workdir,
         **kw,
     )
 
@@ -430,16 +508,59 @@ def _registry(s):
     return load_registry(path, display_name(path, s.workspace))
 
 
-def _run(workloads, opts, registry, as_json: bool, engine) -> int:
+def _vllm_src(s) -> Path | None:
+    from rocmci.errors import UsageError
+
+    if not s.vllm_src:
+        return None
+    path = s.path("vllm_src")
+    if not path.is_dir():
+        raise UsageError(
+            f"--vllm-src {s.vllm_src} is not a folder ({s.origin('vllm_src')})", hint="point it at a vLLM checkout"
+        )
+    return path
+
+
+def _labels(engine, image: str, *, tolerant: bool) -> dict[str, str] | None:
+    """The image's labels; None when there is no such image, or (tolerant) when the engine cannot be asked."""
+    from rocmci.errors import EngineError
+
+    try:
+        return engine.image_labels(image)
+    except EngineError:
+        if tolerant:
+            return None
+        raise
+
+
+def _workaround_checks(s, registry, engine, opts, kinds: set[str]):
+    """Check the registry against the evidence at hand; the ids to leave out and a note per entry."""
+    from rocmci import workarounds as wa
+    from rocmci.errors import FindingsError
+
+    labels = None if opts.no_container else _labels(engine, opts.image, tolerant=True)
+    sources = wa.Sources(vllm_src=_vllm_src(s), image=opts.image, labels=labels)
+    obsolete, notes = wa.run_decisions(wa.check_all(registry, sources), kinds)
+    if obsolete and opts.strict:
+        raise FindingsError(
+            f"obsolete workaround(s) still in the registry: {', '.join(sorted(obsolete))}",
+            hint="remove them from workarounds.yaml (see `invoke workarounds`), or run without --strict",
+        )
+    return obsolete, notes
+
+
+def _run(workloads, opts, registry, as_json: bool, engine, notes=()) -> int:
     from rocmci import runs
 
-    prepared = runs.prepare(workloads, opts, None if opts.no_container else engine)
+    prepared = runs.prepare(workloads, opts, None if opts.no_container else engine, notes)
     if opts.dry_run:
-        print("\n".join(runs.dry_run_lines(prepared, engine)))
+        print("\n".join(runs.dry_run_lines(prepared, engine, opts)))
         eprint("dry run: nothing was started")
         return 0
+    for note in prepared.notes:
+        eprint(f"rocmci: {note}")
     results = runs.execute(prepared, opts, engine, registry, out=eprint if as_json else print)
-    return runs.report(results, opts, as_json)
+    return runs.report(results, opts, as_json, prepared.notes, prepared.files)
 
 
 def _probe_example(engine, opts) -> str:
@@ -449,9 +570,10 @@ def _probe_example(engine, opts) -> str:
 
     moved = f"{opts.workdir}/{wl.DP_EXAMPLE_MOVED}"
     if opts.no_container:
-        return wl.DP_EXAMPLE_MOVED if Path(moved).is_file() else wl.DP_EXAMPLE
-    if engine.image_labels(opts.image) is None:
-        return wl.DP_EXAMPLE  # nothing to look into (dry run without the image): the classic path
+        classic_only = not Path(moved).is_file() and Path(f"{opts.workdir}/{wl.DP_EXAMPLE}").is_file()
+        return wl.DP_EXAMPLE if classic_only else wl.DP_EXAMPLE_MOVED
+    if _labels(engine, opts.image, tolerant=opts.dry_run) is None:
+        return wl.DP_EXAMPLE_MOVED  # nothing to look into (dry run without the image): vLLM's current path
     return wl.DP_EXAMPLE_MOVED if ctr.file_exists(engine, opts.image, moved) else wl.DP_EXAMPLE
 
 
@@ -465,23 +587,26 @@ def run_dp_example(
     backend: str = "deepep_high_throughput",
     extra: str | None = None,
     example: str | None = None,
+    vllm_src: str | None = None,
     as_json: bool = False,
     **options: Any,
 ) -> int:
     from rocmci import workloads as wl
     from rocmci.engine import Engine
 
-    s = _settings(image=image)
+    s = _settings(image=image, vllm_src=vllm_src)
     opts = _run_options(s, **options)
     engine = Engine(s.docker)
     sizes = {"tp": _int("--tp", tp, minimum=1), "dp": _int("--dp", dp, minimum=1)}
     length = _int("--max-model-len", max_model_len, minimum=1)
     extra_args = _split("--extra", extra)
+    registry = _registry(s)
+    _, notes = _workaround_checks(s, registry, engine, opts, {"dp-example"})
     path = example or _probe_example(engine, opts)
     workload = wl.dp_example(
         model=model, max_model_len=length, backend=backend, extra=extra_args, example=path, **sizes
     )
-    return _run([workload], opts, _registry(s), as_json, engine)
+    return _run([workload], opts, registry, as_json, engine, notes)
 
 
 def run_moe_tests(
@@ -491,68 +616,85 @@ def run_moe_tests(
     keyword: str | None = None,
     extra: str | None = None,
     shards: int | str = 1,
+    vllm_src: str | None = None,
     as_json: bool = False,
     **options: Any,
 ) -> int:
     from rocmci import workloads as wl
     from rocmci.engine import Engine
 
-    s = _settings(image=image)
+    s = _settings(image=image, vllm_src=vllm_src)
     opts = _run_options(s, **options)
+    engine = Engine(s.docker)
+    registry = _registry(s)
+    modes = wl.parse_modes(mode)
+    count = _int("--shards", shards, minimum=1)
+    obsolete, notes = _workaround_checks(s, registry, engine, opts, {"moe-tests"})
     results_path = str(opts.results_dir.resolve()) if opts.no_container else wl.RESULTS_MOUNT
     workloads = wl.moe_tests(
-        modes=wl.parse_modes(mode),
-        registry=_registry(s),
+        modes=modes,
+        registry=registry,
         keyword=keyword,
         extra=_split("--extra", extra),
-        shards=_int("--shards", shards, minimum=1),
+        shards=count,
         results_path=results_path,
+        obsolete=obsolete,
     )
-    return _run(workloads, opts, _registry(s), as_json, Engine(s.docker))
+    return _run(workloads, opts, registry, as_json, engine, notes)
 
 
-def workarounds(*, image: str | None = None, strict: bool = False, as_json: bool = False) -> int:
+def workarounds(
+    *, vllm_src: str | None = None, image: str | None = None, strict: bool = False, as_json: bool = False
+) -> int:
+    """Each workaround: applies or obsolete, with the evidence (file:line, commit or label)."""
+    from rocmci import results as res
     from rocmci import workarounds as wa
     from rocmci.errors import FindingsError, UsageError
 
-    s = _settings()
+    s = _settings(vllm_src=vllm_src)
     registry = _registry(s)
-    facts = None
+    labels = None
     if image:
-        from rocmci import container as ctr
         from rocmci.engine import Engine
 
-        engine = Engine(s.docker)
-        labels = engine.image_labels(image)
+        labels = Engine(s.docker).image_labels(image)
         if labels is None:
             raise UsageError(f"no image {image} on this engine", hint="build it or name another tag")
-        version = labels.get(wa.ROCM_VERSION_LABEL) or ctr.read_file(engine, image, "/opt/rocm/.info/version")
-        fixes = {f.strip() for f in labels.get(wa.FIXES_LABEL, "").split(",") if f.strip()}
-        facts = wa.ImageFacts(fixes=fixes, rocm_version=version)
-    rows = []
-    stale = []
-    for w in registry:
-        reason = wa.stale_reason(w, facts)
-        if reason:
-            stale.append(w.id)
-        status = (
-            f"STALE: {reason}" if reason else ("active" if w.applied_by == "rocmci" else f"tracked ({w.applied_by})")
-        )
-        sets = ", ".join(f"{k}={v}" for k, v in w.sets.items()) or "-"
-        scope = f"{w.platform}: {', '.join(w.workloads)}" + (f" [{', '.join(w.tests)}]" if w.tests else "")
-        rows.append((w.id, status, sets, scope, ", ".join(w.refs)))
+    sources = wa.Sources(vllm_src=_vllm_src(s), image=image, labels=labels)
+    checks = wa.check_all(registry, sources)
     if as_json:
-        print(to_json([dict(zip(("id", "status", "sets", "applies_to", "refs"), r, strict=True)) for r in rows]))
+        print(
+            to_json(
+                [
+                    {
+                        "id": c.workaround.id,
+                        "status": c.status,
+                        "evidence": list(c.evidence) or [c.reason()],
+                        "sets": c.workaround.sets,
+                        "applies_to": {"workloads": list(c.workaround.workloads), "tests": list(c.workaround.tests)},
+                        "refs": {ref: res.ref_url(ref) for ref in c.workaround.refs},
+                    }
+                    for c in checks
+                ]
+            )
+        )
     else:
-        print(table(("id", "status", "sets", "applies to", "refs"), rows))
-        if facts is not None:
-            fixes = ", ".join(sorted(facts.fixes)) or "none"
-            print(f"\nimage {image}: ROCm {facts.rocm_version or 'unknown'}; declared fixes: {fixes}")
-        else:
-            print("\nname an image (--image TAG) to check whether any workaround can be removed")
-    if stale and strict:
+        for c in checks:
+            w = c.workaround
+            sets = ", ".join(f"{k}={v}" for k, v in w.sets.items()) or "-"
+            scope = ", ".join(w.workloads) + (f" [{', '.join(w.tests)}]" if w.tests else "")
+            print(f"{w.id}: {c.status.upper()}  (sets {sets}; {scope})")
+            for line in c.evidence or (c.reason(),):
+                print(f"    evidence: {line}")
+            for ref in w.refs:
+                print(f"    ref: {ref} {res.ref_url(ref) or ''}".rstrip())
+        if not sources.any:
+            print("\nno evidence given: name a vLLM checkout (--vllm-src PATH) or an image (--image TAG)")
+    obsolete = [c.workaround.id for c in checks if c.obsolete]
+    if obsolete and strict:
         raise FindingsError(
-            f"stale workaround(s): {', '.join(stale)}", hint="remove them from workarounds.yaml and the code they cover"
+            f"obsolete workaround(s): {', '.join(obsolete)}",
+            hint="remove them from workarounds.yaml and the code they cover",
         )
     return 0
 

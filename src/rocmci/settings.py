@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,7 +26,16 @@ class Setting:
     help: str
     kind: type = str
     default: Any = None
-    dockerfile_arg: str | None = None  # default lives in the Dockerfile, never here
+    # The default lives in the vLLM checkout (`vllm_src`), never here: "ARG:NAME" of docker/Dockerfile.rocm,
+    # "bake:NAME" of docker/docker-bake-rocm.hcl, or "deepep-flags" (build_deepep's setup.py call).
+    from_vllm: str | None = None
+    # Checked for every layer (pyproject, env, flag) by convert(), so a value is validated by one rule
+    # wherever it comes from. Bounds for int settings; a full-match pattern or a list of choices for text.
+    min: int | None = None
+    max: int | None = None
+    pattern: str | None = None
+    pattern_hint: str | None = None
+    choices: tuple[str, ...] | None = None
 
     @property
     def env_var(self) -> str:
@@ -33,27 +43,36 @@ class Setting:
 
 
 REGISTRY: tuple[Setting, ...] = (
-    Setting("dockerfile", "Dockerfile of the ROCm image, relative to the workspace", default="docker/Dockerfile.rocm"),
-    Setting("arch", "GPU archs for rocSHMEM and DeepEP (DEEPEP_ROCM_ARCH)", dockerfile_arg="DEEPEP_ROCM_ARCH"),
-    Setting("base_image", "base image of the ROCm build", dockerfile_arg="BASE_IMAGE"),
-    Setting("deepep_repo", "DeepEP git repository", dockerfile_arg="DEEPEP_REPO"),
-    Setting("deepep_ref", "DeepEP commit", dockerfile_arg="DEEPEP_BRANCH"),
-    Setting("deepep_nic", "NIC DeepEP is built for (cx7, thor2, io)", dockerfile_arg="DEEPEP_NIC"),
-    Setting("rocshmem_repo", "rocm-systems repository holding rocSHMEM", dockerfile_arg="ROCSHMEM_REPO"),
-    Setting("rocshmem_ref", "rocm-systems commit for rocSHMEM", dockerfile_arg="ROCSHMEM_BRANCH"),
-    Setting("vllm_repo", "vLLM git repository", dockerfile_arg="VLLM_REPO"),
-    Setting("vllm_ref", "vLLM commit", dockerfile_arg="VLLM_BRANCH"),
+    Setting(
+        "vllm_src",
+        "vLLM checkout whose docker/Dockerfile.rocm is the image (default: the current folder when it is one); "
+        "also evidence for workarounds",
+        default="",
+    ),
+    Setting("arch", "GPU archs for rocSHMEM and DeepEP (DEEPEP_ROCM_ARCH)", from_vllm="ARG:DEEPEP_ROCM_ARCH"),
+    Setting("vllm_arch", "GPU archs vLLM is built for (ARG_PYTORCH_ROCM_ARCH)", from_vllm="bake:PYTORCH_ROCM_ARCH"),
+    Setting("base_image", "base image of vLLM's ROCm build", from_vllm="ARG:BASE_IMAGE"),
+    Setting("ci_base_image", "vLLM's CI base (tier 1) the test stage builds on", from_vllm="ARG:CI_BASE_IMAGE"),
+    Setting("deepep_repo", "DeepEP git repository", from_vllm="ARG:DEEPEP_REPO"),
+    Setting("deepep_ref", "DeepEP commit", from_vllm="ARG:DEEPEP_BRANCH"),
+    Setting("deepep_nic", "NIC DeepEP is built for (cx7, thor2, io)", from_vllm="ARG:DEEPEP_NIC"),
+    Setting("deepep_flags", "DeepEP setup.py flags in build_deepep (but --variant, --nic)", from_vllm="deepep-flags"),
+    Setting("rocshmem_repo", "rocm-systems repository holding rocSHMEM", from_vllm="ARG:ROCSHMEM_REPO"),
+    Setting("rocshmem_ref", "rocm-systems commit for rocSHMEM", from_vllm="ARG:ROCSHMEM_BRANCH"),
     Setting("image_repo", "repository part of the image tags rocmci makes", default="rocmci/vllm-rocm"),
     Setting("image", "image to run workloads in (empty: the tag `image.build` makes)", default=""),
     Setting(
         "ci_image",
-        "tag the generated pipeline builds and pushes; vLLM's run-amd-test.sh runs tests in it",
-        default="rocm/vllm-ci:$BUILDKITE_COMMIT",
+        "tag the generated pipeline's image step builds (IMAGE_TAG); DinD test steps fall back to it",
+        default="rocm/vllm-ci:build-$BUILDKITE_BUILD_ID",
     ),
     Setting("source", "vLLM-style step file the pipeline is generated from", default=".buildkite/test-amd.yaml"),
     Setting("inventory", "agent pool inventory", default=".buildkite/agents.yaml"),
     Setting("workarounds", "registry of known workarounds", default="workarounds.yaml"),
     Setting("mirror_hw", "mirror_hardwares value a step must list to be generated", default="amdproduction"),
+    Setting("branch", "branch the pipeline is for ('': $BUILDKITE_BRANCH); main runs autorun_on_main", default=""),
+    Setting("base_refresh_skip", "skip the ROCm base refresh step (ROCM_BASE_REFRESH_SKIP)", kind=bool, default=False),
+    Setting("base_refresh_force", "force the ROCm base refresh (ROCM_BASE_REFRESH_FORCE)", kind=bool, default=False),
     Setting("docker", "docker client to use ('auto' picks one that can build with BuildKit)", default="auto"),
     Setting("build_network", "network for image builds ('' for the engine default, 'none' offline)", default=""),
     Setting("run_network", "network of workload containers (vLLM's AMD CI uses host)", default="host"),
@@ -94,13 +113,19 @@ class Settings:
             setting = BY_NAME[name]
             raise UsageError(
                 f"setting {name!r} has no value ({self.origin(name)})",
-                hint=f"pass --{name.replace('_', '-')}, set {setting.env_var}, "
-                f"or declare ARG {setting.dockerfile_arg}=... in the Dockerfile",
+                hint=f"set {setting.env_var}"
+                + (f", or {NO_CHECKOUT}" if setting.from_vllm and not self.vllm_src else ""),
             )
         return value
 
+    def describe(self, name: str) -> str:
+        """Where a value came from, for error messages: "setting 'source' (env ROCMCI_SOURCE)"."""
+        return f"setting {name!r} ({self.origin(name)})"
+
     def path(self, name: str) -> Path:
-        return (self.workspace / os.path.expanduser(str(getattr(self, name)))).resolve()
+        # realpath, not Path.resolve(): on a symlink loop it returns the path (3.11's resolve raises
+        # RuntimeError), and the file reader then names the loop and this setting in one line.
+        return Path(os.path.realpath(self.workspace / os.path.expanduser(str(getattr(self, name)))))
 
     def rows(self) -> list[tuple[str, str, str]]:
         return [(s.name, str(self.values[s.name].value), self.values[s.name].source) for s in REGISTRY]
@@ -116,50 +141,125 @@ def _unknown(name: str, where: str) -> UsageError:
     return UsageError(f"unknown setting {name!r} in {where}", hint=suggest(name))
 
 
-def convert(setting: Setting, raw: Any, where: str) -> Any:
-    if setting.kind is int:
-        if isinstance(raw, bool):
-            raise UsageError(f"setting {setting.name!r} from {where} must be an integer, got {raw!r}")
-        try:
-            return int(raw)
-        except (TypeError, ValueError):
-            raise UsageError(f"setting {setting.name!r} from {where} must be an integer, got {raw!r}") from None
-    if setting.kind is bool:
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).strip().lower()
-        if text in {"1", "true", "yes", "on"}:
-            return True
-        if text in {"0", "false", "no", "off"}:
-            return False
-        raise UsageError(f"setting {setting.name!r} from {where} must be true or false, got {raw!r}")
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,18}")  # ASCII digits only: int() also takes '1_0' and '١٠'
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_TRUE = {"true", "1"}
+_FALSE = {"false", "0"}
+
+
+def _bad(setting: Setting, where: str, what: str, raw: Any, hint: str | None = None) -> UsageError:
+    shown = repr(raw) if len(repr(raw)) <= 60 else repr(raw)[:57] + "..."
+    return UsageError(f"setting {setting.name!r} from {where} {what}, got {shown}", hint=hint)
+
+
+def _convert_int(setting: Setting, raw: Any, where: str) -> int:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        number = raw
+    elif isinstance(raw, str) and _INT_TEXT.fullmatch(raw.strip()):
+        number = int(raw.strip())
+    else:
+        # TOML floats (2.9, inf, nan), booleans, text like '2.9', '1e3', '0x10' or 5,000 digits.
+        raise _bad(setting, where, "must be an integer", raw)
+    if setting.min is not None and number < setting.min:
+        raise _bad(setting, where, f"must be at least {setting.min}", number)
+    if setting.max is not None and number > setting.max:
+        raise _bad(setting, where, f"must be at most {setting.max}", number)
+    return number
+
+
+def _convert_bool(setting: Setting, raw: Any, where: str) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = raw.strip().lower() if isinstance(raw, str) else None
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise _bad(setting, where, "must be true or false", raw, hint="use true, false, 1 or 0")
+
+
+def _convert_str(setting: Setting, raw: Any, where: str) -> str:
     if not isinstance(raw, str):
-        raise UsageError(f"setting {setting.name!r} from {where} must be a string, got {type(raw).__name__} {raw!r}")
+        raise UsageError(
+            f"setting {setting.name!r} from {where} must be a string, got {type(raw).__name__} {raw!r}"[:200]
+        )
+    control = _CONTROL.search(raw)
+    if control:
+        # No setting is multi-line; a newline or NUL in a value that reaches a command line is an attack or a typo.
+        raise _bad(setting, where, f"contains the control character {control.group()!r}", raw)
+    if setting.choices is not None and raw not in setting.choices:
+        close = difflib.get_close_matches(raw, setting.choices, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else f"choose one of: {', '.join(setting.choices)}"
+        raise _bad(setting, where, "is not one of the known values", raw, hint=hint)
+    if setting.pattern is not None and not re.fullmatch(setting.pattern, raw):
+        raise _bad(setting, where, "is not valid", raw, hint=setting.pattern_hint)
     return raw
+
+
+def convert(setting: Setting, raw: Any, where: str) -> Any:
+    """The typed value of `raw` (TOML value, env text or flag) for `setting`; UsageError (exit 2) otherwise."""
+    if setting.kind is int:
+        return _convert_int(setting, raw, where)
+    if setting.kind is bool:
+        return _convert_bool(setting, raw, where)
+    return _convert_str(setting, raw, where)
 
 
 def find_workspace(start: Path | None = None) -> Path:
     """The nearest folder upwards whose pyproject.toml has [tool.rocmci]; else the start folder."""
+    from rocmci.files import read_text
+
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         candidate = folder / "pyproject.toml"
-        if candidate.is_file() and "[tool.rocmci]" in candidate.read_text(encoding="utf-8", errors="replace"):
+        if candidate.is_file() and "[tool.rocmci]" in read_text(candidate, what="the workspace's pyproject.toml"):
             return folder
     return here
 
 
+_TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
 def read_pyproject(workspace: Path) -> dict[str, Any]:
+    from rocmci.files import read_text
+
     path = workspace / "pyproject.toml"
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return {}
+    text = read_text(path, what="the workspace's pyproject.toml")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"invalid TOML: {exc}", where=str(path)) from None
-    section = data.get("tool", {}).get("rocmci", {})
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        at = _TOML_POSITION.search(message)
+        where = f"{path}:{at.group(1)}:{at.group(2)}" if at else str(path)
+        raise InputError(f"invalid TOML: {_TOML_POSITION.sub('', message).strip()}", where=where) from None
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise InputError(f"'tool' must be a table, got {type(tool).__name__} {tool!r}"[:120], where=str(path))
+    section = tool.get("rocmci", {})
     if not isinstance(section, dict):
         raise InputError("[tool.rocmci] must be a table", where=str(path))
     return section
+
+
+def _check_env_names(env: Mapping[str, str]) -> None:
+    """Every ROCMCI_* variable, in any case, must be exactly a setting's name.
+
+    Environment names are case-sensitive, so ROCMCI_Arch is not ROCMCI_ARCH: rather than guess
+    which of two spellings wins, a name that is not exact is refused with the exact one.
+    """
+    known_vars = [st.env_var for st in REGISTRY]
+    exact = set(known_vars)
+    for var in env:
+        if not var.upper().startswith(ENV_PREFIX) or var in exact:
+            continue
+        if var.upper() in exact:
+            raise UsageError(
+                f"environment variable {var} is not upper case",
+                hint=f"did you mean {var.upper()!r}? rocmci reads only the upper-case name",
+            )
+        raise UsageError(f"unknown setting in environment variable {var}", hint=suggest(var.upper(), known_vars))
 
 
 def resolve(
@@ -178,10 +278,7 @@ def resolve(
     for name in pyproject:
         if name not in BY_NAME:
             raise _unknown(name, "pyproject.toml [tool.rocmci]")
-    for var in env:
-        if var.startswith(ENV_PREFIX) and var[len(ENV_PREFIX) :].lower() not in BY_NAME:
-            known_vars = [st.env_var for st in REGISTRY]
-            raise UsageError(f"unknown setting in environment variable {var}", hint=suggest(var, known_vars))
+    _check_env_names(env)
     for name in flags:
         if name not in BY_NAME:
             raise _unknown(name, "flags")
@@ -202,26 +299,58 @@ def resolve(
         return result
 
     for setting in REGISTRY:
-        if setting.dockerfile_arg is None:
+        if setting.from_vllm is None:
             settings.values[setting.name] = layered(setting, Resolved(setting.default, "default"))
+    settings.values["vllm_src"] = _vllm_checkout(settings.values["vllm_src"], workspace)
 
-    dockerfile = settings.path("dockerfile")
-    rel = os.path.relpath(dockerfile, workspace)
-    args = None
+    checkout = Path(settings.vllm_src) if settings.vllm_src else None
+    values = None
     for setting in REGISTRY:
-        if setting.dockerfile_arg is None:
+        if setting.from_vllm is None:
             continue
-        base = Resolved(None, f"unset: {rel} not found")
         overridden = setting.name in flags or setting.env_var in env or setting.name in pyproject
-        if not overridden and dockerfile.is_file():
-            if args is None:
-                from rocmci.image.dockerfile import arg_defaults
+        if overridden:
+            base = Resolved(None, "")
+        elif checkout is None:
+            base = _without_checkout(setting)
+        else:
+            if values is None:
+                from rocmci.image.vllm_dockerfile import CheckoutValues
 
-                args = arg_defaults(dockerfile)
-            decl = args.get(setting.dockerfile_arg)
-            if decl is None:
-                base = Resolved(None, f"unset: no ARG {setting.dockerfile_arg}=... in {rel}")
-            else:
-                base = Resolved(decl.default, f"{rel}:{decl.line} (ARG {decl.name})")
+                values = CheckoutValues(checkout)
+            base = Resolved(*values.read(setting.from_vllm))
         settings.values[setting.name] = layered(setting, base)
     return settings
+
+
+NO_CHECKOUT = "pass --vllm-src PATH (a vLLM checkout), set ROCMCI_VLLM_SRC, or run from a vLLM checkout"
+
+
+def _vllm_checkout(given: Resolved, workspace: Path) -> Resolved:
+    """The vLLM checkout: as given (checked), else the current folder when it is one, else '' (unset)."""
+    from rocmci.image.vllm_dockerfile import DOCKERFILE, is_checkout
+
+    if given.value:
+        folder = Path(os.path.expanduser(given.value))
+        if not folder.is_absolute():
+            folder = (workspace if given.source.startswith("pyproject") else Path.cwd()) / folder
+        if not (folder / DOCKERFILE).is_file():
+            raise UsageError(
+                f"vllm_src {given.value!r} ({given.source}) holds no {DOCKERFILE}",
+                hint="point it at a vLLM checkout",
+            )
+        return Resolved(str(folder.resolve()), given.source)
+    here = Path.cwd()
+    if is_checkout(here):
+        return Resolved(str(here), "default: the current folder is a vLLM checkout")
+    return Resolved("", "unset: the current folder is not a vLLM checkout (no docker/Dockerfile.rocm + setup.py)")
+
+
+def _without_checkout(setting: Setting) -> Resolved:
+    if setting.name == "arch":
+        from rocmci.arch import DEEPEP_DEFAULT_ARCHS, canonical
+
+        # Other areas (pipeline rules, the hook, doctor) need a list even outside a vLLM checkout:
+        # DeepEP's own default is the list its setup.py builds when PYTORCH_ROCM_ARCH is unset.
+        return Resolved(canonical(DEEPEP_DEFAULT_ARCHS), "default: DeepEP setup.py's list (no vLLM checkout)")
+    return Resolved(None, "unset: no vLLM checkout (--vllm-src)")

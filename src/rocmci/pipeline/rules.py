@@ -6,6 +6,7 @@ Each takes the pipeline and the context and yields findings; none of them raises
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,6 +45,16 @@ UPLOAD_TIME_VARS = frozenset(
     }
 )
 DEEPEP_MARKERS = ("deepep_high_throughput", "deepep_low_latency", "test_deepep_moe", "deep_ep")
+# vLLM's AMD queue names: amd_<family>_<GPUs per agent>, e.g. amd_mi300_4; newer pools add a suffix (mi355_dpx).
+_POOL_NAME = re.compile(r"amd_(mi\d+)(?:_(\d+))?(?:_[a-z0-9]+)?")
+_FAMILY_ARCH = {
+    "mi210": "gfx90a",
+    "mi250": "gfx90a",
+    "mi300": "gfx942",
+    "mi325": "gfx942",
+    "mi350": "gfx950",
+    "mi355": "gfx950",
+}
 _TP = re.compile(r"(?:^|\s)(?:-tp|--tensor-parallel-size)(?:=|\s+)(\d+)")
 _DP = re.compile(r"(?:^|\s)(?:-dp|--data-parallel-size)(?:=|\s+)(\d+)")
 
@@ -56,22 +67,6 @@ class Context:
 
 def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _commands(step: StepRef) -> list[tuple[tuple, str]]:
-    """(path, text) of everything the step will run."""
-    data = step.data
-    out: list[tuple[tuple, str]] = []
-    for name in ("command", "commands"):
-        value = data.get(name)
-        if isinstance(value, str):
-            out.append(((*step.path, name), value))
-        elif isinstance(value, list):
-            out += [((*step.path, name, i), v) for i, v in enumerate(value) if isinstance(v, str)]
-    env = data.get("env")
-    if isinstance(env, dict) and isinstance(env.get("VLLM_TEST_COMMANDS"), str):
-        out.append(((*step.path, "env", "VLLM_TEST_COMMANDS"), env["VLLM_TEST_COMMANDS"]))
-    return out
 
 
 def queue_of(step: StepRef, pipeline: Pipeline) -> str | None:
@@ -198,8 +193,16 @@ def dependency_cycles(p: Pipeline, ctx: Context) -> Iterator[Finding]:
                 trail.pop()
 
 
+def _pool_shape(queue: str) -> tuple[str | None, int | None]:
+    """(arch, GPUs per agent) read from a queue name such as amd_mi300_4; (None, None) when it says neither."""
+    match = _POOL_NAME.fullmatch(queue)
+    if not match:
+        return None, None
+    return _FAMILY_ARCH.get(match.group(1)), int(match.group(2)) if match.group(2) else None
+
+
 def known_queue(p: Pipeline, ctx: Context) -> Iterator[Finding]:
-    queues = sorted(pool.queue for pool in ctx.inventory.pools.values())
+    """A queue the inventory does not list may be a new pool (a warning); no queue at all is an error."""
     for step in p.steps:
         if step.kind != "command":
             continue
@@ -212,9 +215,22 @@ def known_queue(p: Pipeline, ctx: Context) -> Iterator[Finding]:
                 "no agents queue: the step would fall through to the default queue; set agents: {queue: ...}",
             )
         elif ctx.inventory.by_queue(queue) is None:
-            close = difflib.get_close_matches(queue, queues, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; add it to {ctx.inventory.filename}"
-            yield p.report(_agents_path(step), "unknown-queue", ERROR, f"queue {queue!r} is not in the inventory{hint}")
+            arch, gpus = _pool_shape(queue)
+            # Suggest only a pool that runs the same job: same arch and the same GPUs per agent.
+            alike = sorted(
+                pool.queue
+                for pool in ctx.inventory.pools.values()
+                if arch is not None and gpus is not None and pool.arch == arch and pool.gpus == gpus
+            )
+            close = difflib.get_close_matches(queue, alike, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            yield p.report(
+                _agents_path(step),
+                "unknown-queue",
+                WARNING,
+                f"queue {queue!r} is not in the inventory {ctx.inventory.filename}: a new pool? "
+                f"add it there (agents: false if it is drained){hint}",
+            )
 
 
 def pool_has_agents(p: Pipeline, ctx: Context) -> Iterator[Finding]:
@@ -266,7 +282,7 @@ def gpu_count(p: Pipeline, ctx: Context) -> Iterator[Finding]:
         available = expected if expected is not None else (pool.gpus if pool else None)
         if available is None:
             continue
-        for path, text in _commands(step):
+        for path, text in p.commands(step):
             size = parallel_size(text)
             if size > available:
                 yield p.report(
@@ -282,7 +298,7 @@ def deepep_arch(p: Pipeline, ctx: Context) -> Iterator[Finding]:
     for step in p.steps:
         if step.kind != "command":
             continue
-        uses = [path for path, text in _commands(step) if any(m in text for m in DEEPEP_MARKERS)]
+        uses = [path for path, text in p.commands(step) if any(m in text for m in DEEPEP_MARKERS)]
         if not uses:
             continue
         pool = _pool(step, p, ctx)
@@ -310,10 +326,38 @@ def _strings(value: Any, path: tuple) -> Iterator[tuple[tuple, str]]:
             yield from _strings(v, (*path, i))
 
 
+_DOLLARS = re.compile(r"\$+")
+_VAR = re.compile(r"\{[^}]*\}?|[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _names(text: str) -> set[str]:
+    """The names INTERPOLATION finds, found faster: jump from one run of '$' to the next.
+
+    A run of '$' interpolates when it is not escaped by a backslash and has odd length ($$ is a '$').
+    """
+    out = set()
+    for run in _DOLLARS.finditer(text):
+        start, end = run.span()
+        if (start and text[start - 1] == "\\") or (end - start) % 2 == 0:
+            continue
+        name = _VAR.match(text, end)
+        if name:
+            out.add(name.group(0).strip("{}").split(":")[0].split("-")[0])
+    return out
+
+
 def interpolation(p: Pipeline, ctx: Context) -> Iterator[Finding]:
     defined = {str(k) for k in p.env} | UPLOAD_TIME_VARS
+    # Fast path: one C-speed dump of the document (JSON keeps every '$' and the '\\' or '$' before it).
+    if not (_names(json.dumps(p.data, ensure_ascii=False, default=str)) - defined):
+        return
     for step in p.steps:
-        for path, text in _strings(step.data, step.path):
+        data = step.data
+        if step.kind == "group" and isinstance(data, dict):
+            data = {k: v for k, v in data.items() if k != "steps"}  # its members are steps of their own
+        if not (_names(json.dumps(data, ensure_ascii=False, default=str)) - defined):
+            continue
+        for path, text in _strings(data, step.path):
             if "$" not in text:
                 continue
             for match in INTERPOLATION.finditer(text):
@@ -332,13 +376,23 @@ def interpolation(p: Pipeline, ctx: Context) -> Iterator[Finding]:
 
 
 def secrets_in_plain_text(p: Pipeline, ctx: Context) -> Iterator[Finding]:
-    """A secret written into the pipeline is readable by everyone who can see the build."""
+    """A secret written into the pipeline is readable by everyone who can see the build.
+
+    Found by name (HF_TOKEN: ...) and by value (a bearer token, hf_..., ghp_..., AKIA..., a private
+    key, a long random string), so a credential under an innocent name is caught too. The message
+    never repeats the value.
+    """
+    from rocmci.secrets import secret_kind
+
     places = [(("env",), p.env)] + [((*s.path, "env"), s.data.get("env")) for s in p.steps if isinstance(s.data, dict)]
     for base, env in places:
         if not isinstance(env, dict):
             continue
         for name, value in env.items():
-            if is_secret(str(name)) and isinstance(value, str | int) and str(value) and not str(value).startswith("$"):
+            if not isinstance(value, str | int):
+                continue
+            text = str(value)
+            if is_secret(str(name)) and text and not text.startswith("$"):
                 yield p.report(
                     (*base, name),
                     "secret-in-pipeline",
@@ -346,9 +400,25 @@ def secrets_in_plain_text(p: Pipeline, ctx: Context) -> Iterator[Finding]:
                     f"{name} is written into the pipeline in plain text; remove it and give it to the agents "
                     "as a secret or through their environment",
                 )
+                continue
+            # A long command (VLLM_TEST_COMMANDS) is searched for credential shapes only.
+            kind = secret_kind(text, whole=" " not in text.strip()) if isinstance(value, str) else None
+            if kind:
+                yield p.report(
+                    (*base, name),
+                    "secret-in-pipeline",
+                    ERROR,
+                    f"the value of {name} looks like {kind} and is written into the pipeline in plain text; "
+                    "remove it and give it to the agents as a secret, or refer to a variable ($NAME)",
+                )
 
 
 def timeouts(p: Pipeline, ctx: Context) -> Iterator[Finding]:
+    """Every command step needs a timeout; the 180-minute cap holds GPU agents only, as in the template.
+
+    The template caps test steps at 180 minutes itself and gives its own CPU build step 540 (refreshing
+    the ROCm base image): a long timeout on a CPU queue is its choice, not a mistake.
+    """
     for step in p.steps:
         if step.kind != "command":
             continue
@@ -360,12 +430,14 @@ def timeouts(p: Pipeline, ctx: Context) -> Iterator[Finding]:
                 ERROR,
                 f"no timeout_in_minutes: a hung GPU job would hold its agent; set one (at most {MAX_TIMEOUT})",
             )
-        elif isinstance(value, int) and value > MAX_TIMEOUT:
+            continue
+        pool = _pool(step, p, ctx)
+        if isinstance(value, int) and value > MAX_TIMEOUT and (pool is None or pool.gpus > 0):
             yield p.report(
                 (*step.path, "timeout_in_minutes"),
                 "timeout",
                 ERROR,
-                f"timeout_in_minutes {value} is over the {MAX_TIMEOUT}-minute cap of AMD CI",
+                f"timeout_in_minutes {value} is over the {MAX_TIMEOUT}-minute cap of AMD CI's GPU agents",
             )
 
 
@@ -402,4 +474,5 @@ RULE_IDS = (
     "interpolation",
     "secret-in-pipeline",
     "timeout",
+    "template-escape",
 )
