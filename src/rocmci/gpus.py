@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmci.errors import InputError, UsageError
+from rocmci.files import read_text
+
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
 KFD_DEVICE = Path("/dev/kfd")
+MAX_PROPERTIES_BYTES = 64 * 1024  # a node's properties file is about 1 KiB
+MAX_NODES = 4096  # KFD numbers nodes from 0; no host has more than a few dozen
+_ABSENT = (errno.ENOENT, errno.ENOTDIR)  # no KFD here: a CPU host, or a fake tree without one
 
 
 @dataclass(frozen=True)
@@ -33,7 +41,7 @@ def parse_properties(text: str) -> dict[str, int]:
     props: dict[str, int] = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 2:
+        if len(parts) == 2 and len(parts[1]) <= 20:  # sysfs numbers are 64-bit at most
             try:
                 props[parts[0]] = int(parts[1])
             except ValueError:
@@ -41,20 +49,48 @@ def parse_properties(text: str) -> dict[str, int]:
     return props
 
 
-def detect_gpus(nodes_dir: Path = KFD_NODES) -> list[Gpu]:
-    """GPU nodes in KFD order; CPU nodes (gfx_target_version 0) are skipped."""
-    if not nodes_dir.is_dir():
-        return []
+def check_root(root: str | os.PathLike, what: str = "--host-root") -> Path:
+    """The folder /sys and /dev are read below; UsageError (exit 2, one line) for text no folder can have."""
+    text = os.fspath(root)
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        raise UsageError(f"{what} {text[:60]!r} is not valid text for a path") from None
+    if "\0" in text:
+        raise UsageError(f"{what} {text[:60]!r} contains a NUL character")
+    try:
+        os.stat(text)
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:  # a missing root reads as a host without GPUs
+            raise UsageError(f"{what} {text[:60]!r}: {exc.strerror}", hint="give a folder") from None
+    return Path(text)
+
+
+def detect_gpus(nodes_dir: Path = KFD_NODES, what: str = "KFD sysfs") -> list[Gpu]:
+    """GPU nodes in KFD order; CPU nodes (gfx_target_version 0) are skipped.
+
+    Every properties file is read through files.read_text: a FIFO or folder in a (fake) tree is refused
+    with one line instead of hanging, and no more than MAX_PROPERTIES_BYTES are read.
+    """
+    check_root(nodes_dir, what)
+    try:
+        names = os.listdir(nodes_dir)
+    except OSError as exc:
+        if exc.errno in _ABSENT:
+            return []
+        raise InputError(f"cannot list the KFD topology nodes: {exc.strerror}", where=str(nodes_dir)) from None
     found: list[tuple[int, dict[str, int]]] = []
-    for entry in nodes_dir.iterdir():
-        if not entry.name.isdigit():
+    for name in names:
+        if not (name.isascii() and name.isdigit() and len(name) <= 6):
             continue
-        try:
-            props = parse_properties((entry / "properties").read_text())
-        except OSError:
-            continue
+        props_file = os.path.join(nodes_dir, name, "properties")
+        if not os.path.lexists(props_file):
+            continue  # a node without properties (removed while listing, or an incomplete fake tree)
+        props = parse_properties(read_text(props_file, what=what, limit=MAX_PROPERTIES_BYTES))
         if props.get("gfx_target_version", 0):
-            found.append((int(entry.name), props))
+            found.append((int(name), props))
+        if len(found) > MAX_NODES:
+            raise InputError(f"more than {MAX_NODES} GPU nodes", where=str(nodes_dir))
     found.sort(key=lambda item: item[0])
     return [
         Gpu(index=i, node=node, arch=gfx_name(props["gfx_target_version"]), render_minor=props.get("drm_render_minor"))

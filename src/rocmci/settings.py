@@ -7,14 +7,17 @@ Every resolved value remembers where it came from, so `invoke settings` can show
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rocmci import values
 from rocmci.errors import InputError, UsageError
 
 ENV_PREFIX = "ROCMCI_"
@@ -42,6 +45,35 @@ class Setting:
         return ENV_PREFIX + self.name.upper()
 
 
+# Value rules shared by several rows. Each is a full match; none lets a value start with '-' (so a
+# positional value can never be read as an option) or hold whitespace, ';' or a control character.
+_IMAGE_REF = values.IMAGE_REF.pattern  # registry/name:tag@digest: the same rule as the image flags
+_IMAGE_HINT = values.IMAGE_REF_HINT
+# The pipeline's tag is written into the pipeline for the agent to expand: $VAR and ${VAR} are allowed.
+_PIPELINE_IMAGE_REF = r"[A-Za-z0-9$][A-Za-z0-9._/:@${}-]{0,254}"
+_GIT_REPO = r"[A-Za-z0-9/.~][A-Za-z0-9._:/@+~%=-]{0,254}"  # URL, scp-like user@host:path, or a path
+_GIT_REPO_HINT = "a git URL or path (it must not start with '-': git would read it as an option)"
+_GIT_REF = r"[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}"
+_GIT_REF_HINT = "a commit, tag or branch name (letters, digits and . _ / + -, not starting with '-')"
+_SETUP_FLAG = r"(?:-{1,2}[A-Za-z0-9][A-Za-z0-9_.=+-]{0,99}|[A-Za-z0-9][A-Za-z0-9_.+-]{0,99})"  # one word
+_SIZE = r"[0-9]{1,12}[bkmgBKMG]?"  # docker's --shm-size / --memory form
+# Values of mirror_hardwares in vLLM's step files and ci-infra's bootstrap-amd.sh (amdtentative is the
+# fastcheck pipeline's). An unknown value keeps no step: the pipeline would silently be the image steps only.
+MIRROR_HW = (
+    "amdproduction",
+    "amdexperimental",
+    "amdtentative",
+    "amdmi250",
+    "amdmi300",
+    "amdmi325",
+    "amdmi355",
+    "amdgfx90anightly",
+    "amdgfx942nightly",
+    "amdgfx950nightly",
+    "amdgfx955nightly",
+)
+MAX_RUN_SECONDS = 7 * 24 * 3600  # far beyond vLLM's longest job (its template caps steps at 180 minutes)
+
 REGISTRY: tuple[Setting, ...] = (
     Setting(
         "vllm_src",
@@ -51,35 +83,146 @@ REGISTRY: tuple[Setting, ...] = (
     ),
     Setting("arch", "GPU archs for rocSHMEM and DeepEP (DEEPEP_ROCM_ARCH)", from_vllm="ARG:DEEPEP_ROCM_ARCH"),
     Setting("vllm_arch", "GPU archs vLLM is built for (ARG_PYTORCH_ROCM_ARCH)", from_vllm="bake:PYTORCH_ROCM_ARCH"),
-    Setting("base_image", "base image of vLLM's ROCm build", from_vllm="ARG:BASE_IMAGE"),
-    Setting("ci_base_image", "vLLM's CI base (tier 1) the test stage builds on", from_vllm="ARG:CI_BASE_IMAGE"),
-    Setting("deepep_repo", "DeepEP git repository", from_vllm="ARG:DEEPEP_REPO"),
-    Setting("deepep_ref", "DeepEP commit", from_vllm="ARG:DEEPEP_BRANCH"),
-    Setting("deepep_nic", "NIC DeepEP is built for (cx7, thor2, io)", from_vllm="ARG:DEEPEP_NIC"),
-    Setting("deepep_flags", "DeepEP setup.py flags in build_deepep (but --variant, --nic)", from_vllm="deepep-flags"),
-    Setting("rocshmem_repo", "rocm-systems repository holding rocSHMEM", from_vllm="ARG:ROCSHMEM_REPO"),
-    Setting("rocshmem_ref", "rocm-systems commit for rocSHMEM", from_vllm="ARG:ROCSHMEM_BRANCH"),
-    Setting("image_repo", "repository part of the image tags rocmci makes", default="rocmci/vllm-rocm"),
-    Setting("image", "image to run workloads in (empty: the tag `image.build` makes)", default=""),
+    Setting(
+        "base_image",
+        "base image of vLLM's ROCm build",
+        from_vllm="ARG:BASE_IMAGE",
+        pattern=_IMAGE_REF,
+        pattern_hint=_IMAGE_HINT,
+    ),
+    Setting(
+        "ci_base_image",
+        "vLLM's CI base (tier 1) the test stage builds on",
+        from_vllm="ARG:CI_BASE_IMAGE",
+        pattern=_IMAGE_REF,
+        pattern_hint=_IMAGE_HINT,
+    ),
+    Setting(
+        "deepep_repo",
+        "DeepEP git repository",
+        from_vllm="ARG:DEEPEP_REPO",
+        pattern=_GIT_REPO,
+        pattern_hint=_GIT_REPO_HINT,
+    ),
+    Setting(
+        "deepep_ref", "DeepEP commit", from_vllm="ARG:DEEPEP_BRANCH", pattern=_GIT_REF, pattern_hint=_GIT_REF_HINT
+    ),
+    Setting(
+        "deepep_nic",
+        "NIC DeepEP is built for (cx7, thor2, io)",
+        from_vllm="ARG:DEEPEP_NIC",
+        choices=("cx7", "thor2", "io"),  # DeepEP setup.py --nic
+    ),
+    Setting(
+        "deepep_flags",
+        "DeepEP setup.py flags in build_deepep (but --variant, --nic)",
+        from_vllm="deepep-flags",
+        pattern=rf" *(?:{_SETUP_FLAG}(?: +{_SETUP_FLAG})*)? *",
+        pattern_hint="setup.py flags separated by spaces, e.g. --rocm-explicit-ctx --rocm-gfx942-fp8-fnuz-max 224",
+    ),
+    Setting(
+        "rocshmem_repo",
+        "rocm-systems repository holding rocSHMEM",
+        from_vllm="ARG:ROCSHMEM_REPO",
+        pattern=_GIT_REPO,
+        pattern_hint=_GIT_REPO_HINT,
+    ),
+    Setting(
+        "rocshmem_ref",
+        "rocm-systems commit for rocSHMEM",
+        from_vllm="ARG:ROCSHMEM_BRANCH",
+        pattern=_GIT_REF,
+        pattern_hint=_GIT_REF_HINT,
+    ),
+    Setting(
+        "image_repo",
+        "repository part of the image tags rocmci makes",
+        default="rocmci/vllm-rocm",
+        pattern=r"[a-z0-9][a-z0-9._/:-]{0,199}",  # a tag is appended: no '@', and docker wants lower case
+        pattern_hint="a repository such as rocmci/vllm-rocm (lower-case letters, digits and . _ / : -)",
+    ),
+    Setting(
+        "image",
+        "image to run workloads in (empty: the tag `image.build` makes)",
+        default="",
+        pattern=f"|{_IMAGE_REF}",
+        pattern_hint=_IMAGE_HINT,
+    ),
     Setting(
         "ci_image",
         "tag the generated pipeline's image step builds (IMAGE_TAG); DinD test steps fall back to it",
         default="rocm/vllm-ci:build-$BUILDKITE_BUILD_ID",
+        pattern=_PIPELINE_IMAGE_REF,
+        pattern_hint="an image reference; $VAR and ${VAR} are expanded by the agent, e.g. "
+        "rocm/vllm-ci:build-$BUILDKITE_BUILD_ID",
     ),
     Setting("source", "vLLM-style step file the pipeline is generated from", default=".buildkite/test-amd.yaml"),
     Setting("inventory", "agent pool inventory", default=".buildkite/agents.yaml"),
     Setting("workarounds", "registry of known workarounds", default="workarounds.yaml"),
-    Setting("mirror_hw", "mirror_hardwares value a step must list to be generated", default="amdproduction"),
-    Setting("branch", "branch the pipeline is for ('': $BUILDKITE_BRANCH); main runs autorun_on_main", default=""),
+    Setting(
+        "mirror_hw",
+        "mirror_hardwares value a step must list to be generated",
+        default="amdproduction",
+        choices=MIRROR_HW,
+    ),
+    Setting(
+        "branch",
+        "branch the pipeline is for ('': $BUILDKITE_BRANCH); main runs autorun_on_main",
+        default="",
+        pattern=f"|{_GIT_REF}",
+        pattern_hint=_GIT_REF_HINT,
+    ),
     Setting("base_refresh_skip", "skip the ROCm base refresh step (ROCM_BASE_REFRESH_SKIP)", kind=bool, default=False),
     Setting("base_refresh_force", "force the ROCm base refresh (ROCM_BASE_REFRESH_FORCE)", kind=bool, default=False),
-    Setting("docker", "docker client to use ('auto' picks one that can build with BuildKit)", default="auto"),
-    Setting("build_network", "network for image builds ('' for the engine default, 'none' offline)", default=""),
-    Setting("run_network", "network of workload containers (vLLM's AMD CI uses host)", default="host"),
-    Setting("hf_cache", "host Hugging Face cache mounted into workload containers", default="~/.cache/huggingface"),
-    Setting("shm_size", "shared memory size of workload containers", default="16g"),
-    Setting("run_memory", "memory limit of workload containers, e.g. 256g ('' for none)", default=""),
-    Setting("run_timeout", "seconds a workload may run before it is stopped", kind=int, default=3600),
+    Setting(
+        "docker",
+        "docker client to use ('auto' picks one that can build with BuildKit)",
+        default="auto",
+        pattern=r"[A-Za-z0-9_./~][A-Za-z0-9_./~+-]{0,4095}",
+        pattern_hint="'auto', a command name or a path to a docker client",
+    ),
+    Setting(
+        "build_network",
+        "network for image builds ('' for the engine default, 'none' offline)",
+        default="",
+        choices=("", "none", "host", "default"),  # what BuildKit's RUN takes
+    ),
+    Setting(
+        "run_network",
+        "network of workload containers (vLLM's AMD CI uses host)",
+        default="host",
+        pattern=r"|[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}",  # host, none, bridge, a network name, container:NAME
+        pattern_hint="a docker network: host, none, bridge or a network name",
+    ),
+    Setting(
+        "hf_cache",
+        "host Hugging Face cache mounted into workload containers",
+        default="~/.cache/huggingface",
+        pattern=r"[^-:,\s][^:,\s]{0,4095}",  # ':' and ',' would split docker's volume and mount syntax
+        pattern_hint="a folder path without ':', ',' or spaces",
+    ),
+    Setting(
+        "shm_size",
+        "shared memory size of workload containers",
+        default="16g",
+        pattern=_SIZE,
+        pattern_hint="a size such as 16g, 512m or 1073741824",
+    ),
+    Setting(
+        "run_memory",
+        "memory limit of workload containers, e.g. 256g ('' for none)",
+        default="",
+        pattern=f"|{_SIZE}",
+        pattern_hint="a size such as 256g, or '' for no limit",
+    ),
+    Setting(
+        "run_timeout",
+        "seconds a workload may run before it is stopped",
+        kind=int,
+        default=3600,
+        min=1,
+        max=MAX_RUN_SECONDS,
+    ),
     Setting("results_dir", "where logs, JUnit XML and reports are written", default="results"),
 )
 
@@ -147,9 +290,13 @@ _TRUE = {"true", "1"}
 _FALSE = {"false", "0"}
 
 
+def _short(raw: Any) -> str:
+    """repr of a value, cut to fit one line of an error."""
+    return repr(raw) if len(repr(raw)) <= 60 else repr(raw)[:57] + "..."
+
+
 def _bad(setting: Setting, where: str, what: str, raw: Any, hint: str | None = None) -> UsageError:
-    shown = repr(raw) if len(repr(raw)) <= 60 else repr(raw)[:57] + "..."
-    return UsageError(f"setting {setting.name!r} from {where} {what}, got {shown}", hint=hint)
+    return UsageError(f"setting {setting.name!r} from {where} {what}, got {_short(raw)}", hint=hint)
 
 
 def _convert_int(setting: Setting, raw: Any, where: str) -> int:
@@ -192,8 +339,20 @@ def _convert_str(setting: Setting, raw: Any, where: str) -> str:
         hint = f"did you mean {close[0]!r}?" if close else f"choose one of: {', '.join(setting.choices)}"
         raise _bad(setting, where, "is not one of the known values", raw, hint=hint)
     if setting.pattern is not None and not re.fullmatch(setting.pattern, raw):
-        raise _bad(setting, where, "is not valid", raw, hint=setting.pattern_hint)
+        raise _bad(setting, where, _why_not_valid(raw, setting.pattern), raw, hint=setting.pattern_hint)
     return raw
+
+
+def _why_not_valid(raw: str, pattern: str) -> str:
+    """'is not valid', with the most telling reason the value fails its pattern, for the one-line error."""
+    if raw.startswith("-") and not re.fullmatch(pattern, "-a"):
+        return "is not valid: it starts with '-' (a command would read it as an option)"
+    if not raw:
+        return "is not valid: it is empty"
+    for c in dict.fromkeys(raw):  # the first character the rule refuses even between two letters
+        if not (c.isascii() and c.isalnum()) and not re.fullmatch(pattern, f"a{c}a"):
+            return "is not valid: it contains whitespace" if c.isspace() else f"is not valid: it contains {c!r}"
+    return "is not valid"
 
 
 def convert(setting: Setting, raw: Any, where: str) -> Any:
@@ -331,19 +490,48 @@ def _vllm_checkout(given: Resolved, workspace: Path) -> Resolved:
     from rocmci.image.vllm_dockerfile import DOCKERFILE, is_checkout
 
     if given.value:
-        folder = Path(os.path.expanduser(given.value))
-        if not folder.is_absolute():
-            folder = (workspace if given.source.startswith("pyproject") else Path.cwd()) / folder
-        if not (folder / DOCKERFILE).is_file():
-            raise UsageError(
-                f"vllm_src {given.value!r} ({given.source}) holds no {DOCKERFILE}",
-                hint="point it at a vLLM checkout",
-            )
-        return Resolved(str(folder.resolve()), given.source)
+        shown = f"vllm_src {_short(given.value)} ({given.source})"
+        hint = "point it at a vLLM checkout"
+        try:
+            os.fsencode(given.value)  # a lone surrogate (from a flag) cannot name any file
+        except UnicodeEncodeError:
+            raise UsageError(f"{shown} is not valid text for a path", hint=hint) from None
+        base = workspace if given.source.startswith("pyproject") else Path.cwd()
+        # realpath, not Path.resolve(): a symlink loop stays in the path (3.11's resolve raises RuntimeError)
+        # and the stat below names it; a NUL was refused as a control character already.
+        folder = os.path.realpath(os.path.join(base, os.path.expanduser(given.value)))
+        problem = _not_a_dockerfile(Path(folder) / DOCKERFILE)
+        if problem:
+            raise UsageError(f"{shown} {problem}", hint=hint)
+        return Resolved(folder, given.source)
     here = Path.cwd()
     if is_checkout(here):
         return Resolved(str(here), "default: the current folder is a vLLM checkout")
     return Resolved("", "unset: the current folder is not a vLLM checkout (no docker/Dockerfile.rocm + setup.py)")
+
+
+_STAT_PROBLEMS = {
+    errno.ELOOP: "is a symlink loop",
+    errno.ENAMETOOLONG: "is too long a path",
+    errno.EACCES: "cannot be read (permission denied)",
+    errno.EPERM: "cannot be read (permission denied)",
+    errno.ENOTDIR: "is not a folder",
+}
+
+
+def _not_a_dockerfile(path: Path) -> str | None:
+    """Why `path` cannot be the checkout's Dockerfile (None when it is a regular file); never raises."""
+    from rocmci.image.vllm_dockerfile import DOCKERFILE
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return _STAT_PROBLEMS.get(exc.errno or 0, f"holds no {DOCKERFILE}")
+    except ValueError:
+        return "is not a valid path"
+    if not stat.S_ISREG(mode):
+        return f"holds a {DOCKERFILE} that is not a regular file"
+    return None
 
 
 def _without_checkout(setting: Setting) -> Resolved:

@@ -20,7 +20,7 @@ BAD = DATA / "source" / "invalid" / "deepep-wrong-arch.yaml"
 def test_valid_step_file_generates_and_validates_clean():
     done = run_invoke("pipeline.validate", "--source", str(VALID), env=TEST_INVENTORY)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip().startswith("0 error(s), 0 warning(s) in "), done.stdout
+    assert done.stdout.strip() == f"{VALID.relative_to(REPO)}: 0 errors, 0 warnings in 8 generated steps", done.stdout
 
 
 def test_generate_is_byte_identical_and_matches_stdout(tmp_path):
@@ -44,7 +44,7 @@ def test_generated_file_validates_as_a_pipeline(tmp_path):
     assert done.returncode == 0, done.stderr
     done = run_invoke("pipeline.validate", "--pipeline", str(out), env=TEST_INVENTORY)
     assert done.returncode == 0, done.stdout
-    assert done.stdout.strip().startswith("0 error(s), 0 warning(s)")
+    assert done.stdout.strip() == f"{out}: 0 errors, 0 warnings in 8 steps"
 
 
 def test_errors_block_the_output_and_keep_the_old_file(tmp_path):
@@ -122,7 +122,9 @@ def test_plan_shows_what_runs_and_why(tmp_path):
 def test_real_vllm_files_generate_and_validate(vllm_fixtures: Path, tmp_path):
     current = vllm_fixtures / "test-amd.yaml"
     done = run_invoke("pipeline.validate", "--source", str(current))
-    assert done.returncode == 0 and done.stdout.strip().startswith("0 error(s), 0 warning(s)"), done.stdout
+    assert done.returncode == 0 and done.stdout.strip().endswith(": 0 errors, 0 warnings in 384 generated steps"), (
+        done.stdout
+    )
     out = tmp_path / "vllm.yaml"
     assert run_invoke("pipeline.generate", "--source", str(current), "--out", str(out)).returncode == 0
     assert run_invoke("pipeline.validate", "--pipeline", str(out)).returncode == 0
@@ -141,7 +143,21 @@ def test_real_april_file_findings_are_real(vllm_fixtures: Path):
 
 
 def test_ci_entrypoint_validates_and_dry_runs_without_the_agent(tmp_path):
-    assert run_invoke("pipeline.validate", "--pipeline", str(REPO / ".buildkite" / "pipeline.yml")).returncode == 0
+    entry = REPO / ".buildkite" / "pipeline.yml"
+    done = run_invoke("pipeline.validate", "--pipeline", str(entry))
+    assert done.returncode == 0 and done.stdout.strip().endswith(": 0 errors, 0 warnings in 2 steps"), done.stdout
+    generate, workspace = yaml.safe_load(entry.read_text())["steps"]
+    assert generate["key"] == "generate-amd-pipeline"
+    # rocmci's own suite runs from the checkout on the CPU queue, not through vLLM's runner in its image.
+    assert (workspace["label"], workspace["agents"], workspace["command"]) == (
+        "rocmci workspace tests",
+        {"queue": "amd-cpu"},
+        "bash .ci/run",
+    )
+    # The workspace's own step file (what the entrypoint generates from) is clean: no step key with a '.'.
+    own = run_invoke("pipeline.validate")
+    assert own.returncode == 0, own.stdout + own.stderr
+    assert own.stdout.strip().startswith(".buildkite/test-amd.yaml: 0 errors, 0 warnings"), own.stdout
     import os
     import subprocess
     import sys
@@ -189,8 +205,17 @@ def test_pre_commit_hook_validates_a_step_file_in_another_repo(tmp_path):
 
 
 def test_image_build_dry_run_shows_the_exact_command():
-    done = run_invoke("image.build", "--dry-run", "--arch", "gfx950,GFX942")
+    import shlex
+
+    standin = {"ROCMCI_VLLM_SRC": str(REPO / "tests" / "data" / "vllm-standin")}  # image.build reads a checkout
+    done = run_invoke("image.build", "--dry-run", "--arch", "gfx950,GFX942", env=standin)
     assert done.returncode == 0, done.stderr
-    assert "--build-arg 'DEEPEP_ROCM_ARCH=gfx942;gfx950'" in done.stdout
-    assert done.stdout.startswith("DOCKER_BUILDKIT=1 ")
+    # The printed commands are shell text a user can paste: one per stage, continuation lines joined.
+    commands = [shlex.split(line) for line in done.stdout.replace("\\\n", " ").splitlines() if line.strip()[:1] != "#"]
+    assert [argv[argv.index("--target") + 1] for argv in commands] == ["ci_base", "test"]
+    for argv in commands:
+        assert argv[:2] == ["env", "DOCKER_BUILDKIT=1"] and argv[3] == "build", argv
+        arg = argv.index("--build-arg")
+        assert argv[arg : arg + 2] == ["--build-arg", "DEEPEP_ROCM_ARCH=gfx942;gfx950"]  # normalised and sorted
+        assert argv[-1] == standin["ROCMCI_VLLM_SRC"]
     assert "nothing was built" in done.stderr

@@ -85,31 +85,9 @@ TASKS = [(name, t) for name, t in _tasks() if name != "version"]
 SURFACE = [(name, flag) for name, t in TASKS for flag in _text_flags(t)]
 BY_NAME = dict(TASKS)
 
-# Known gaps, each in an area another change owns; strict xfails, so a fix shows up as XPASS.
-_PATHS = "path text (NUL, over-long name, lone surrogate) reaches Path.resolve()/is_file()/glob before files.read_*"
-_ENGINE = "image reference text (NUL, surrogate) reaches the Docker engine call unvalidated"
-KNOWN = {
-    ("doctor", "host_root"): _PATHS + " (doctor/gpus)",
-    ("run.dp-example", "host_root"): _PATHS + " (gpus)",
-    ("run.moe-tests", "host_root"): _PATHS + " (gpus)",
-    ("workarounds", "vllm_src"): _PATHS + " (settings._vllm_checkout, image area)",
-    ("image.build", "vllm_src"): _PATHS + " (settings._vllm_checkout, image area)",
-    ("image.check", "vllm_src"): _PATHS + " (settings._vllm_checkout, image area)",
-    ("run.dp-example", "vllm_src"): _PATHS + " (settings._vllm_checkout, image area)",
-    ("run.moe-tests", "vllm_src"): _PATHS + " (settings._vllm_checkout, image area)",
-    ("pipeline.diff", "template"): _PATHS + " (pipeline/service)",
-    ("pipeline.diff", "source"): _PATHS + " (pipeline/service.inputs)",
-    ("pipeline.generate", "source"): _PATHS + " (pipeline/service.inputs)",
-    ("pipeline.plan", "source"): _PATHS + " (pipeline/service.inputs)",
-    ("pipeline.validate", "source"): _PATHS + " (pipeline/service.inputs)",
-    ("pipeline.validate", "pipeline"): _PATHS + " (pipeline/service)",
-    ("run.outcome", "junit"): "results.parse_junit opens the path with ElementTree, not files.read_bytes",
-    ("run.outcome", "exit_code"): "--exit-code is not bounded: -99999 is classified as 'died by signal 99999'",
-    ("workarounds", "image"): _ENGINE,
-    ("image.inspect", "tag"): _ENGINE,
-    ("run.dp-example", "image"): _ENGINE,
-    ("run.moe-tests", "image"): _ENGINE,
-}
+# Known gaps, each in an area another change owns; strict xfails, so a fix shows up as XPASS. None left:
+# path flags are checked when parsed (values.path_text), image references by values.image_ref.
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 class Hung(BaseException):

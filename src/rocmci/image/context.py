@@ -12,11 +12,15 @@ import fnmatch
 import glob
 import hashlib
 import os
+import stat
 from pathlib import Path
 
+from rocmci.files import read_text
 from rocmci.image import vllm_dockerfile as vd
 
 WHOLE_TREE = "."
+IGNORE_FILE_BYTES = 1 << 20
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
 _URL = ("http://", "https://", "git@", "git://")
 
 
@@ -50,10 +54,11 @@ def _normalise(path: str) -> str:
 
 
 def _ignore_rules(root: Path) -> list[tuple[bool, str]]:
-    try:
-        text = (root / ".dockerignore").read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+    path = root / ".dockerignore"
+    if not os.path.lexists(path):
         return []
+    # A FIFO, folder or loop here is refused in one line (BuildKit would fail on it too), never read blocking.
+    text = read_text(path, what="the vLLM checkout's .dockerignore", limit=IGNORE_FILE_BYTES)
     rules = []
     for raw in text.splitlines():
         line = raw.strip()
@@ -104,11 +109,30 @@ def digest(root: Path, paths: tuple[str, ...]) -> str:
             h.update(f"missing:{source}\0".encode())
         for rel in sorted(set(files)):
             h.update(f"{rel}\0".encode())
-            try:
-                with open(root / rel, "rb") as fh:
-                    for block in iter(lambda: fh.read(1 << 20), b""):
-                        h.update(block)
-            except OSError:
-                h.update(b"unreadable")
+            _hash_content(h, root / rel)
             h.update(b"\0")
     return h.hexdigest()
+
+
+def _hash_content(h, path: Path) -> None:
+    """Stream a regular file into `h`; anything else counts by its kind, without a blocking open.
+
+    Not files.read_bytes: a checkout may hold files far larger than any input rocmci parses, and
+    they are hashed block by block rather than held in memory. The same rule applies, though: a FIFO
+    or device is never read (O_NONBLOCK keeps even the open from waiting for a writer).
+    """
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except (OSError, ValueError):
+        h.update(b"unreadable")
+        return
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            h.update(b"not-a-regular-file")
+            return
+        while block := os.read(fd, 1 << 20):
+            h.update(block)
+    except OSError:
+        h.update(b"unreadable")
+    finally:
+        os.close(fd)

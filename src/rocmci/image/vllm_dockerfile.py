@@ -8,17 +8,20 @@ between the instruction's first and last line.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocmci.errors import InputError, UsageError
+from rocmci.files import read_text
 
 DOCKERFILE = Path("docker/Dockerfile.rocm")
 BAKE_FILE = Path("docker/docker-bake-rocm.hcl")
 # vLLM's CI runs its scripts from the checkout root, which holds both of these.
 CHECKOUT_MARKERS = (DOCKERFILE, Path("setup.py"))
+MAX_FILE_BYTES = 4 * 2**20  # vLLM's Dockerfile.rocm and bake file are tens of KiB
 
 # The stages rocmci relies on, by the names vLLM gives them.
 ROCSHMEM_STAGE = "build_rocshmem"
@@ -235,15 +238,18 @@ def parse(text: str, *, path: Path, display: str) -> VllmDockerfile:
 
 def load(checkout: Path) -> VllmDockerfile:
     path = checkout / DOCKERFILE
+    if not os.path.lexists(path):
+        raise UsageError(f"{checkout} holds no {DOCKERFILE}", hint="point --vllm-src at a vLLM checkout")
+    return parse(_read(path), path=path, display=str(DOCKERFILE))
+
+
+def _read(path: Path) -> str:
+    """A checkout file through files.read_text (regular files only, bounded), said as "cannot read: why"."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(
-            f"{checkout} holds no {DOCKERFILE}", hint="point --vllm-src at a vLLM checkout"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", where=str(path)) from None
-    return parse(text, path=path, display=str(DOCKERFILE))
+        return read_text(path, what="vllm_src", limit=MAX_FILE_BYTES)
+    except InputError as exc:
+        why = exc.message.removeprefix(f"{exc.where}: ")
+        raise InputError(f"cannot read: {why}", where=exc.where, hint=exc.hint) from None
 
 
 def is_checkout(folder: Path) -> bool:
@@ -314,10 +320,10 @@ def bake_variable(checkout: Path, name: str) -> tuple[str, int] | None:
     vLLM declares PYTORCH_ROCM_ARCH; anything else counts as absent.
     """
     path = checkout / BAKE_FILE
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
+    if not os.path.lexists(path):
         return None
+    # Present but unreadable (a FIFO, a folder, not UTF-8) is one line naming it, not a silent "absent".
+    lines = _read(path).splitlines()
     opening = re.compile(rf'^\s*variable\s+"{re.escape(name)}"\s*\{{')
     default = re.compile(r'^\s*default\s*=\s*"([^"\\$]*)"\s*$')
     for number, text in enumerate(lines, start=1):

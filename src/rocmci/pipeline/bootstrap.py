@@ -8,8 +8,13 @@ full coverage was chosen). Every decision keeps the rule and the file that made 
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from rocmci import values
+from rocmci.errors import UsageError
 
 ROCM_BASE_DOCKERFILE = "docker/Dockerfile.rocm_base"
 # A change under any of these can affect every test (bootstrap-amd.sh `patterns`) ...
@@ -140,3 +145,52 @@ def decide(req: Request) -> Decision:
         rocm_base_refresh_force="1" if req.base_refresh_force else "0",
     )
     return Decision(inputs, None, tuple(reasons))
+
+
+# --- reading git (effectful; everything above is pure) -------------------------------------------
+
+GIT_SECONDS = 120
+
+
+def _git(args: list[str], workspace: Path) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(
+            ["git", *args], cwd=workspace, capture_output=True, text=True, errors="replace", check=False,
+            timeout=GIT_SECONDS, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except FileNotFoundError:
+        raise UsageError(
+            "--diff-base needs git, which is not on PATH", hint="install git, or use --changed-files"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"git {args[0]} took longer than {GIT_SECONDS} s", hint="use --changed-files") from None
+    except OSError as exc:
+        raise UsageError(f"cannot run git: {exc.strerror}", hint="use --changed-files") from None
+
+
+def git_changed_files(diff_base: str, workspace: Path) -> tuple[str, ...]:
+    """Files changed between the merge base of `diff_base` and HEAD, as bootstrap-amd.sh's get_diff lists them.
+
+    Every failure is one UsageError line: not a git repository, a ref git does not know, a ref that
+    could be read as an option; never git's usage text.
+    """
+    values.git_ref("--diff-base", diff_base)  # never an option to git: checked by the flags' own rule
+    inside = _git(["rev-parse", "--is-inside-work-tree"], workspace)
+    if inside.returncode != 0 or inside.stdout.strip() != "true":
+        # git's own reason: not a repository, or one it refuses to read (dubious ownership)
+        reason = (inside.stderr.strip().splitlines() or [f"{workspace} is not a work tree"])[-1]
+        raise UsageError(
+            f"--diff-base needs a git repository: {reason[:200]}",
+            hint="run it in a git clone, or give the changed files with --changed-files",
+        )
+    ref = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{diff_base}^{{commit}}"], workspace)
+    if ref.returncode != 0:
+        raise UsageError(
+            f"--diff-base {diff_base!r} is not a commit this repository knows",
+            hint="fetch it first (git fetch origin), or use --changed-files",
+        )
+    diff = _git(["diff", "--name-only", "--diff-filter=ACMDR", f"{diff_base}...HEAD", "--"], workspace)
+    if diff.returncode != 0:
+        last = (diff.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"git diff against {diff_base!r} failed: {last[:200]}", hint="use --changed-files")
+    return tuple(line for line in diff.stdout.splitlines() if line)

@@ -11,48 +11,29 @@ the same Rust engine (`minijinja` on PyPI) is configured to match.
 from __future__ import annotations
 
 import json
-import re
+import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from rocmci import yamldoc
 from rocmci.errors import InputError
+from rocmci.files import read_text
 from rocmci.pipeline.bootstrap import TemplateInputs
 
-try:
-    from yaml import CSafeLoader as _Base
-except ImportError:  # pragma: no cover
-    from yaml import SafeLoader as _Base  # type: ignore[assignment]
+TEMPLATE_BYTES = 4 * 2**20  # ci-infra's template is about 40 KiB
 
 
-class CoreSchemaLoader(_Base):
-    """YAML 1.2 core schema: only true/false, null/~, numbers are implicit; yes/no/on/off stay strings."""
+def load_context(step_file: Path, what: str | None = "--source") -> dict[str, Any]:
+    """The step file as minijinja-cli's data context.
 
-    yaml_implicit_resolvers: dict = {}
-
-
-for _tag, _pattern, _first in (
-    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
-    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", "~nN"),
-    ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
-    ("tag:yaml.org,2002:float", r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?)$", "-+.0123456789"),
-):
-    CoreSchemaLoader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
-CoreSchemaLoader.add_implicit_resolver("tag:yaml.org,2002:null", re.compile(r"^$"), [""])
-
-
-def load_context(step_file: Path) -> dict[str, Any]:
-    """The step file as minijinja-cli's data context."""
-    try:
-        data = yaml.load(step_file.read_text(encoding="utf-8"), Loader=CoreSchemaLoader)  # noqa: S506 - safe loader
-    except FileNotFoundError:
-        raise InputError("no such file", where=str(step_file)) from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"invalid YAML: {exc}".splitlines()[0], where=str(step_file)) from None
-    if not isinstance(data, dict):
-        raise InputError("the step file must be a mapping", where=str(step_file))
-    return data
+    Read as serde_yaml reads it, YAML 1.2 core (yes/on/no stay strings, no timestamps), and through
+    rocmci's one bounded loader: a FIFO, a loop, an alias bomb, a 5,000-digit integer or an explicit
+    `!!binary` tag is one line with file:line, never a hang or a traceback.
+    """
+    doc = yamldoc.load(step_file, what=what)
+    if not isinstance(doc.data, dict):
+        raise InputError("the step file must be a mapping", where=doc.where(()))
+    return doc.data
 
 
 def _as_rust_prints(value: Any) -> Any:
@@ -99,19 +80,15 @@ def render_text(template_text: str, context: dict[str, Any], inputs: TemplateInp
 
 def render_ci_infra(template: Path, step_file: Path, inputs: TemplateInputs) -> str:
     """ci-infra's pipeline YAML for this step file and these bootstrap inputs."""
-    try:
-        text = template.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such file", where=str(template), hint="point --template at test-template-amd.j2") from None
+    if not os.path.lexists(template):
+        raise InputError("no such file", where=str(template), hint="point --template at test-template-amd.j2")
+    text = read_text(template, what="--template", limit=TEMPLATE_BYTES)
     return render_text(text, load_context(step_file), inputs, template.name)
 
 
 def parse_pipeline(text: str, where: str) -> list[Any]:
     """A rendered (or generated) pipeline as Buildkite reads it: the list of top-level steps."""
-    try:
-        data = yaml.load(text, Loader=_Base)  # noqa: S506 - safe loader
-    except yaml.YAMLError as exc:
-        raise InputError(f"the pipeline is not valid YAML: {str(exc).splitlines()[0]}", where=where) from None
+    data = yamldoc.parse(text, where).data  # bounded, YAML 1.2 core: what Buildkite's parser makes of it
     if isinstance(data, dict):
         data = data.get("steps")
     if not isinstance(data, list):

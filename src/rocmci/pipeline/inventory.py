@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmci import yamldoc
 from rocmci.arch import parse_arch_list
 from rocmci.errors import InputError, UsageError
-from rocmci.pipeline import yamldoc
 
 POOL_KEYS = {"queue", "arch", "gpus", "agents", "note"}
 
@@ -45,9 +46,11 @@ def from_document(doc: yamldoc.Document) -> Inventory:
     if not isinstance(data, dict) or not isinstance(data.get("pools"), dict):
         raise InputError("an inventory is a mapping with a 'pools' mapping", where=doc.where(()))
     pools: dict[str, Pool] = {}
+    queues: dict[str, str] = {}  # queue -> the pool that claimed it first
     for name, spec in data["pools"].items():
         path = ("pools", name)
         where = doc.where(path)
+        _check_name(doc, path, name)
         if not isinstance(spec, dict):
             raise InputError(f"pool '{name}' must be a mapping", where=where)
         unknown = set(spec) - POOL_KEYS
@@ -60,6 +63,15 @@ def from_document(doc: yamldoc.Document) -> Inventory:
         queue, arch, gpus, agents = spec.get("queue"), spec.get("arch"), spec.get("gpus"), spec.get("agents")
         if not isinstance(queue, str) or not queue:
             raise InputError(f"pool '{name}' needs a 'queue' string", where=where)
+        if queue in queues:
+            # by_queue() maps a queue back to one pool: a second one would silently decide its arch and GPUs.
+            first = doc.pos(("pools", queues[queue])).line
+            raise InputError(
+                f"pools '{queues[queue]}' (line {first}) and '{name}' share the queue '{queue}'",
+                where=doc.where((*path, "queue")),
+                hint="give each pool its own queue, or keep one of the two pools",
+            )
+        queues[queue] = name
         if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
             raise InputError(f"pool '{name}': 'gpus' must be a whole number >= 0", where=doc.where((*path, "gpus")))
         if not isinstance(agents, bool):
@@ -77,5 +89,27 @@ def from_document(doc: yamldoc.Document) -> Inventory:
     return Inventory(doc.filename, pools)
 
 
-def load_inventory(path: Path, display: str | None = None) -> Inventory:
-    return from_document(yamldoc.load(path, display))
+# What the generator makes of a pool name: the queue amd_<pool> and a part of step keys and labels.
+_POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+def _check_name(doc: yamldoc.Document, path: tuple, name: str) -> None:
+    """Pool names are text as written: `1:`, `true:` or `~:` is a number, boolean or null in YAML, not a name."""
+    node = doc.positions.get(path)
+    if node is not None and node.tag != _STR_TAG:
+        raise InputError(
+            f"pool name {name!r} is not text in YAML (it reads as a number, boolean or null)",
+            where=doc.where(path),
+            hint=f"quote it ('{name}') if that is the pool's name",
+        )
+    if not _POOL_NAME.fullmatch(name):
+        raise InputError(
+            f"pool name {name[:60]!r} is not a valid pool name",
+            where=doc.where(path),
+            hint="use letters, digits, '_', '.' and '-', starting with a letter or digit",
+        )
+
+
+def load_inventory(path: Path, display: str | None = None, *, what: str | None = None) -> Inventory:
+    return from_document(yamldoc.load(path, display, what=what))

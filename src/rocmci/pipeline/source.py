@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rocmci import yamldoc
 from rocmci.errors import InputError
-from rocmci.pipeline import yamldoc
 from rocmci.pipeline.findings import ERROR, WARNING, Finding
 
 # The step format as vLLM's AMD generator reads it: key -> (expected type name, checker).
@@ -47,6 +47,10 @@ STEP_KEYS: dict[str, tuple[str, Any]] = {
     "autorun_on_main": _BOOL,
 }
 REQUIRED = ("label", "agent_pool")
+# Upper bounds of the numbers a step gives: far above anything vLLM's files use (parallelism 6, 8 GPUs,
+# 180 minutes, which the template caps anyway), low enough that a typo cannot ask Buildkite for a
+# hundred million jobs. The lower bound of all four is 1.
+MAXIMA = {"num_gpus": 64, "num_nodes": 64, "timeout_in_minutes": 7 * 24 * 60, "parallelism": 100}
 
 
 @dataclass(frozen=True)
@@ -123,12 +127,39 @@ def check_step(doc: yamldoc.Document, index: int, step: Any) -> list[Finding]:
                 "(put them in front of the command instead)",
             )
         )
-    for key in ("num_gpus", "timeout_in_minutes", "parallelism", "num_nodes"):
+    for key, most in MAXIMA.items():
         value = step.get(key)
         if _INT[1](value) and value < 1:
             out.append(
                 Finding.at(doc, (*path, key), "source-schema", ERROR, f"'{key}' must be at least 1, got {value}")
             )
+        elif _INT[1](value) and value > most:
+            out.append(
+                Finding.at(doc, (*path, key), "source-schema", ERROR, f"'{key}' must be at most {most}, got {value}")
+            )
+    out.extend(_empty_parts(doc, path, step))
+    return out
+
+
+def _empty_parts(doc: yamldoc.Document, path: tuple, step: dict) -> list[Finding]:
+    """An empty label names nothing; an empty command list runs nothing, and a blank command joins
+    into `a &&  && b`, which bash refuses."""
+    out = []
+    label = step.get("label")
+    if isinstance(label, str) and not label.strip():
+        out.append(Finding.at(doc, (*path, "label"), "source-schema", ERROR, "'label' is empty"))
+    commands = step.get("commands")
+    if isinstance(commands, list) and not commands:
+        out.append(Finding.at(doc, (*path, "commands"), "source-schema", ERROR, "'commands' is empty: nothing to run"))
+    elif _STR_LIST[1](commands):
+        for i, command in enumerate(commands):
+            if not command.strip():
+                out.append(
+                    Finding.at(doc, (*path, "commands", i), "source-schema", ERROR, f"command {i + 1} is empty")
+                )
+    command = step.get("command")
+    if isinstance(command, str) and not command.strip():
+        out.append(Finding.at(doc, (*path, "command"), "source-schema", ERROR, "'command' is empty: nothing to run"))
     return out
 
 
@@ -138,7 +169,13 @@ def generatable(step: Any) -> bool:
         return False
     if "commands" not in step and "command" not in step:
         return False
-    return all(STEP_KEYS[key][1](value) for key, value in step.items() if key in STEP_KEYS)
+    if not all(STEP_KEYS[key][1](value) for key, value in step.items() if key in STEP_KEYS):
+        return False
+    # Nothing to generate from: no label, no command, or a number past its bound (never uploaded, not even held).
+    commands = step["commands"] if "commands" in step else [step["command"]]
+    if not step["label"].strip() or not commands or any(not c.strip() for c in commands):
+        return False
+    return all(step.get(key, 1) <= most for key, most in MAXIMA.items())
 
 
 def _kind(value: Any) -> str:
@@ -191,5 +228,5 @@ def from_document(doc: yamldoc.Document) -> SourceFile:
     return SourceFile(doc=doc, steps=steps, findings=findings)
 
 
-def load_source(path: Path, display: str | None = None) -> SourceFile:
-    return from_document(yamldoc.load(path, display))
+def load_source(path: Path, display: str | None = None, *, what: str | None = None) -> SourceFile:
+    return from_document(yamldoc.load(path, display, what=what))

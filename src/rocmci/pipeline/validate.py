@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rocmci import yamldoc
 from rocmci.errors import InputError
-from rocmci.pipeline import rules, schema, yamldoc
+from rocmci.pipeline import rules, schema
 from rocmci.pipeline.findings import ERROR, Finding
 from rocmci.pipeline.generate import ORIGIN_ENV, Generated
 from rocmci.pipeline.model import Pipeline, walk_steps, written_commands
@@ -103,8 +104,10 @@ def validate_pipeline_document(doc: yamldoc.Document, ctx: rules.Context) -> Rep
     return report
 
 
-def validate_pipeline_file(path: Path, ctx: rules.Context, display: str | None = None) -> Report:
-    return validate_pipeline_document(yamldoc.load(path, display), ctx)
+def validate_pipeline_file(
+    path: Path, ctx: rules.Context, display: str | None = None, *, what: str | None = "--pipeline"
+) -> Report:
+    return validate_pipeline_document(yamldoc.load(path, display, what=what), ctx)
 
 
 def _source_path(step: SourceStep, rest: tuple) -> tuple:
@@ -137,12 +140,38 @@ def _source_commands(generated: Generated):
     return commands
 
 
+def _whole_pipeline(
+    source: SourceFile, generated: Generated, steps: list, rule: str, severity: str, message: str
+) -> Finding:
+    """A finding about the whole generated pipeline, placed in the step file.
+
+    For the step limit that is the source step which generated the first step past it, so the user sees
+    where to split the file; otherwise the file's `steps:` key.
+    """
+    doc = source.doc
+    if len(steps) > rules.MAX_STEPS:
+        path = steps[rules.MAX_STEPS].path
+        inside = len(path) >= 4 and path[:3] == GROUP_STEPS and isinstance(path[3], int)
+        origin = generated.origins[path[3]] if inside else None
+        if origin is not None:
+            return Finding.at(
+                doc,
+                ("steps", origin.index),
+                rule,
+                severity,
+                f"{message} (generated step {rules.MAX_STEPS + 1} comes from this step)",
+            )
+    return Finding.at(doc, ("steps",), rule, severity, message)
+
+
 def validate_generated(source: SourceFile, generated: Generated, ctx: rules.Context) -> Report:
     """A pipeline generated in memory: findings point at the source step (and line) that produced the bad part."""
     doc = source.doc
     where_generated = f"<generated from {source.filename}>"
 
     def report_at(path, rule, severity, message):
+        if path == ("steps",):  # the pipeline as a whole (the step limit): the step file's steps, at the overflow
+            return _whole_pipeline(source, generated, steps, rule, severity, message)
         inside = len(path) >= 4 and path[:3] == GROUP_STEPS and isinstance(path[3], int)
         step = generated.origins[path[3]] if inside else None
         if step is None:

@@ -1,0 +1,3 @@
+variable "PYTORCH_ROCM_ARCH" {
+  default = "gfx942é"
+}
