@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmci import gpus as gpumod
+from rocmci import labels as label
 from rocmci.errors import EngineError, PreflightError, UsageError
 
 NEEDS = {
@@ -75,7 +76,7 @@ def engine_checks(engine, image_ref: str | None, want_buildkit: bool) -> list[Ch
     elif labels is None:
         checks.append(Check("image", False, f"{image_ref} not found", "build it with `invoke image.build`"))
     else:
-        checks.append(Check("image", True, f"{image_ref}: archs {labels.get('rocmci.arch', 'unlabelled')}"))
+        checks.append(Check("image", True, f"{image_ref}: archs {labels.get(label.ARCH, 'unlabelled')}"))
     return checks
 
 

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from rocmci import labels as label
 from rocmci.errors import EngineError
 
 START_HINT = "start it (as root: dockerd --bridge=none --iptables=false &, or systemctl start docker) and retry"
 # Debian's docker.io installs its client here; it builds with BuildKit without the buildx plugin.
 DEBIAN_CLIENT = "/usr/bin/docker"
-LABEL_KEY = "rocmci.managed"
+LABEL_KEY = label.MANAGED
 CLI_PLUGIN_DIRS = (
     "/usr/local/lib/docker/cli-plugins",
     "/usr/local/libexec/docker/cli-plugins",
@@ -209,31 +210,13 @@ class Engine:
             pass
 
     def stream(self, argv: Sequence[str], on_line: Callable[[str], None], *, env: dict[str, str] | None = None) -> int:
-        """Run a long command, handing each line of its merged output to on_line; returns its exit code.
+        """Run a long command (a build, a push), handing each line of its merged output to on_line; its exit code.
 
         The child is stopped if we are interrupted, so a Ctrl-C never leaves a build running.
         """
+        from rocmci import process
+
         try:
-            proc = subprocess.Popen(
-                list(argv),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                env=env,
-                bufsize=1,
-                errors="replace",
-            )
+            return process.stream(argv, on_line, env=env).returncode
         except FileNotFoundError:
             raise EngineError(f"docker client {argv[0]!r} not found", hint="install docker.io") from None
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                on_line(line.rstrip("\n"))
-            return proc.wait()
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()

@@ -46,18 +46,12 @@ def parser() -> argparse.ArgumentParser:
 
 def validate_file(path: str, s) -> FileResult:
     """Generate `path` in memory and validate it; expected failures become the result's error."""
-    from rocmci import commands
     from rocmci.pipeline import service
 
-    name = path
     try:
-        i = service.inputs(s, path)
-        name = i.source_name
-        # The same options `invoke pipeline.validate` builds, from the one function that builds them.
-        opts, _ = commands._generate_options(s, None, None, run_all=False, nightly=False)
-        _, _, report = service.build(i, opts, s.workspace)
+        name, report = service.validate_source_file(path, s)
     except RocmciError as exc:
-        return FileResult(name, error=exc)
+        return FileResult(path, error=exc)
     return FileResult(name, report=report)
 
 

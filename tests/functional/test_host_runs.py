@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmci import results as res
+from rocmci.runs import results as res
 from tests.conftest import REPO, SHARED_VLLM, run_invoke
 from tests.unit.test_gpus import make_node
 

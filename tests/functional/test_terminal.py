@@ -135,11 +135,6 @@ def test_rocmci_validate_finding(term):
     assert ANSI.search(screen)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="commands.pipeline_validate still prints service.format_report's long lines; passes once it prints "
-    "with report.print_report (then remove this mark)",
-)
 def test_pipeline_validate_finding(term):
     source = INVALID / "deepep-wrong-arch.yaml"
     screen, joined = term.run(*invoke_argv("pipeline.validate", "--source", str(source)))

@@ -79,7 +79,7 @@ def moe(fake_host: Path, *args: str, mode: str = "pass") -> tuple[str, ...]:
 
 
 def leftovers(engine) -> list[str]:
-    from rocmci.container import leftovers as labelled
+    from rocmci.runs.container import leftovers as labelled
 
     return labelled(engine)
 

@@ -146,7 +146,7 @@ def test_shards_run_at_once_on_disjoint_gpus(engine, standin_image, fake_host, w
     assert done.returncode == 0, done.stdout + done.stderr
     merged = results_of(done)["moe-tests high-throughput (2 shards)"]
     assert merged["outcome"] == "passed" and merged["junit"]["tests"] == 4
-    from rocmci.results import parse_junit
+    from rocmci.runs.results import parse_junit
 
     assert parse_junit(workdir / "results" / "junit-moe-high-throughput.xml").tests == 4  # merged file
     stamps = {}

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from rocmci import container as ctr
 from rocmci.errors import PreflightError
 from rocmci.gpus import Gpu
+from rocmci.runs import container as ctr
 from rocmci.secrets import is_secret
 
 

@@ -255,20 +255,18 @@ def test_sigterm_during_a_write_removes_the_temporary_file(tmp_path, monkeypatch
 
 
 def test_tasks_report_sigterm_with_one_line_and_143(monkeypatch):
-    import tasks
     from invoke import Exit
 
-    from rocmci import commands
+    from rocmci.cli import edge
 
     def terminated_midway(**kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
         raise AssertionError("SIGTERM did not interrupt")  # pragma: no cover
 
     previous = signal.getsignal(signal.SIGTERM)
-    monkeypatch.setattr(commands, "show_settings", terminated_midway, raising=False)
     try:
         with pytest.raises(Exit) as err:
-            tasks.call("show_settings")
+            edge.run(terminated_midway)
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert err.value.code == 143 and err.value.message == "rocmci: terminated"

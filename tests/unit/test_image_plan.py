@@ -9,7 +9,7 @@ import pytest
 
 from rocmci.errors import UsageError
 from rocmci.image import check as checkmod
-from rocmci.image import context, service
+from rocmci.image import context, requests
 from rocmci.image import vllm_dockerfile as vd
 from rocmci.image.build import ProgressParser
 from rocmci.image.plan import BuildRequest, image_tag, plan_build
@@ -110,9 +110,9 @@ def test_tag_says_target_and_archs():
 
 
 def _refusal(tree, archs):
-    co = service.Checkout(tree, vd.load(tree))
+    co = requests.Checkout(tree, vd.load(tree))
     req = checkmod.ArchRequest(archs, "--arch", ("gfx90a", "gfx942", "gfx950"), "bake")
-    return service.refusal(co, req, checkmod.check(co.dockerfile, req))
+    return requests.refusal(co, req, checkmod.check(co.dockerfile, req))
 
 
 def test_non_default_list_is_refused_only_while_the_flow_is_broken(tree):

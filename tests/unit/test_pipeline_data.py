@@ -72,7 +72,8 @@ def test_every_rule_has_a_failing_example():
 
 def test_a_ci_infra_render_has_no_finding_but_the_real_ones():
     """ci-infra's own output: its 540-minute base refresh on amd-cpu is the template's choice, not a finding."""
-    from rocmci.pipeline import bootstrap, citemplate, yamldoc
+    from rocmci import yamldoc
+    from rocmci.pipeline import bootstrap, citemplate
 
     shared = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
     template = shared / "ci-infra" / "buildkite" / "test-template-amd.j2"

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from rocmci import yamldoc
 from rocmci.errors import InputError
-from rocmci.pipeline import inventory, rules, validate, yamldoc
+from rocmci.pipeline import inventory, rules, validate
 from rocmci.pipeline.rules import INTERPOLATION, parallel_size
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "pipeline"

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from rocmci.errors import InputError
-from rocmci.results import JUnitSummary, Outcome, classify, parse_junit, signal_of
+from rocmci.runs.results import JUnitSummary, Outcome, classify, parse_junit, signal_of
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" tests="4" failures="1" errors="0" skipped="1">
@@ -80,7 +80,7 @@ def test_signal_of():
 
 
 def test_exit_code_treats_no_tests_like_upstreams_runner():
-    from rocmci.results import Result, exit_code
+    from rocmci.runs.results import Result, exit_code
 
     empty = [Result("w", Outcome.NO_TESTS, 5, 1.0, "pytest collected no tests")]
     assert (exit_code(empty), exit_code(empty, strict=True)) == (0, 10)
@@ -96,7 +96,7 @@ def test_timeout_message_names_what_was_stopped():
 
 
 def test_annotation_links_refs_explains_teardown_once_and_escapes_pipes():
-    from rocmci.results import Result, annotation_style, render_annotation
+    from rocmci.runs.results import Result, annotation_style, render_annotation
 
     teardown = Result(
         "moe-tests high-throughput", Outcome.CRASHED_AT_TEARDOWN, 139, 61.0,
@@ -118,7 +118,7 @@ def test_annotation_links_refs_explains_teardown_once_and_escapes_pipes():
 
 
 def test_buildkite_commands_and_context():
-    from rocmci.results import annotation_context, buildkite_commands
+    from rocmci.runs.results import annotation_context, buildkite_commands
 
     assert annotation_context(["moe-tests", "moe-tests"], {}) == "rocmci-moe-tests"
     assert annotation_context(["dp-example"], {"BUILDKITE_PARALLEL_JOB": "2; rm"}) == "rocmci-dp-example-2_rm"

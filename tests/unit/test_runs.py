@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from rocmci import container as ctr
-from rocmci import runs
-from rocmci import workarounds as wa
-from rocmci import workloads as wl
 from rocmci.engine import Engine
 from rocmci.errors import PreflightError
+from rocmci.runs import container as ctr
+from rocmci.runs import execute as runs
+from rocmci.runs import workarounds as wa
+from rocmci.runs import workloads as wl
 from tests.conftest import REPO, SHARED_VLLM
 from tests.unit.test_gpus import make_node
 
@@ -52,7 +52,7 @@ def moe(shards: int = 1, obsolete=frozenset()):
 
 
 def test_container_gets_kfd_exactly_the_chosen_render_nodes_and_init(host):
-    prepared = runs.prepare(moe(), options(host, gpus="2,3"), None)
+    prepared = runs.prepare(moe(), options(host, gpus=(2, 3)), None)
     (run,) = prepared.runs
     assert run.spec.devices == (
         (f"{host}/dev/kfd", "/dev/kfd"),
@@ -123,7 +123,7 @@ def test_dry_run_needs_no_engine(host, monkeypatch):
 
 
 def test_host_dry_run_with_one_named_gpu_shows_it(host):
-    prepared = runs.prepare(moe(), options(host, no_container=True, dry_run=True, gpus="1"), None)
+    prepared = runs.prepare(moe(), options(host, no_container=True, dry_run=True, gpus=(1,)), None)
     assert prepared.warnings == [
         "1 run(s) of 2 GPU(s) need 2 GPUs, this host offers 1. use fewer --shards or a bigger host"
     ]

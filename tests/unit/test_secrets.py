@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rocmci.pipeline import rules, validate, yamldoc
+from rocmci import yamldoc
+from rocmci.pipeline import rules, validate
 from rocmci.pipeline.inventory import Inventory, Pool
 from rocmci.secrets import Redactor, is_secret, secret_kind
 

@@ -236,7 +236,7 @@ def test_a_symlink_loop_as_a_path_setting_resolves_without_raising(workspace):
     loop = workspace / "loop.yaml"
     loop.symlink_to(loop)
     s = settings.resolve(workspace, env={"ROCMCI_INVENTORY": "loop.yaml"}, pyproject={})
-    from rocmci.pipeline import yamldoc
+    from rocmci import yamldoc
 
     with pytest.raises(InputError, match=r"loop.yaml: is a symlink loop \(from setting 'inventory'"):
         yamldoc.load(s.path("inventory"), what=s.describe("inventory"))

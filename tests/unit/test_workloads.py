@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from rocmci import workarounds as wa
-from rocmci import workloads as wl
+from rocmci import yamldoc
 from rocmci.errors import InputError, PreflightError, UsageError
 from rocmci.gpus import Gpu
-from rocmci.pipeline import yamldoc
+from rocmci.runs import workarounds as wa
+from rocmci.runs import workloads as wl
 from tests.conftest import REPO
 
 
@@ -16,21 +16,30 @@ def registry():
     return wa.load_registry(REPO / "workarounds.yaml")
 
 
+def _dp(**given):
+    """The example as `invoke run.dp-example` builds it: flags parsed and defaulted by cli/flags.py."""
+    from rocmci.cli import flags
+
+    names = ("model", "tp", "dp", "max_model_len", "backend", "extra")
+    v = flags.parse({n: given.get(n) for n in names})
+    return wl.dp_example(**{n: getattr(v, n) for n in names}, example=given.get("example", wl.DP_EXAMPLE_MOVED))
+
+
 def test_default_dp_example_is_exactly_upstreams_command():
-    w = wl.dp_example(example=wl.DP_EXAMPLE)
-    assert wl.dp_example().argv[1] == "examples/features/data_parallel/data_parallel_offline.py"  # vLLM's path now
+    w = _dp(example=wl.DP_EXAMPLE)
+    assert _dp().argv[1] == "examples/features/data_parallel/data_parallel_offline.py"  # vLLM's path now
     assert w.command_line() == (
         "VLLM_LOGGING_LEVEL=DEBUG python3 examples/offline_inference/data_parallel.py "
         "--model=Qwen/Qwen1.5-MoE-A2.7B -tp=1 -dp=2 --max-model-len=2048 --all2all-backend=deepep_high_throughput"
     )
     assert w.gpus == 2
-    assert wl.dp_example(tp=2, dp=4).gpus == 8
-    with pytest.raises(UsageError):
-        wl.dp_example(dp=0)
+    assert _dp(tp="2", dp="4").gpus == 8
+    with pytest.raises(UsageError, match="--dp must be between 1 and"):
+        _dp(dp="0")
 
 
 def test_workaround_applies_only_to_high_throughput():
-    ht, ll = wl.moe_tests(modes=wl.parse_modes("both"), registry=registry())
+    ht, ll = wl.moe_tests(modes=wl.expand_modes("both"), registry=registry())
     assert ht.env == {"ROCPROFILER_REGISTER_ENABLED": "0"} and ht.workarounds == ("rocprofiler-register-teardown",)
     assert ll.env == {} and ll.workarounds == ()
     assert ht.argv[ht.argv.index("-k") + 1] == "test_deep_ep_moe and not low_latency"
@@ -52,13 +61,11 @@ GPUS = [Gpu(i, i + 1, "gfx942", 128 + i) for i in range(8)]
 def test_choose_gpus_gives_disjoint_sets():
     sets = wl.choose_gpus(GPUS, None, 2, 4)
     assert [[g.index for g in s] for s in sets] == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert [g.index for g in wl.choose_gpus(GPUS, "5,7", 2, 1)[0]] == [5, 7]
+    assert [g.index for g in wl.choose_gpus(GPUS, (5, 7), 2, 1)[0]] == [5, 7]
     with pytest.raises(PreflightError, match="need 10 GPUs, this host offers 8"):
         wl.choose_gpus(GPUS, None, 2, 5)
     with pytest.raises(PreflightError, match="no GPU 9"):
-        wl.choose_gpus(GPUS, "1,9", 2, 1)
-    with pytest.raises(UsageError):
-        wl.choose_gpus(GPUS, "a,b", 2, 1)
+        wl.choose_gpus(GPUS, (1, 9), 2, 1)
 
 
 def test_arch_coverage():

@@ -13,8 +13,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rocmci import yamldoc
 from rocmci.errors import InputError
-from rocmci.pipeline import yamldoc
 from tests.conftest import SHARED_VLLM
 
 

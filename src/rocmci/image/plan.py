@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocmci import arch as archmod
+from rocmci import labels as label
 from rocmci.errors import UsageError
 from rocmci.image import context
 from rocmci.image import vllm_dockerfile as vd
 
 TARGETS = ("ci_base", "test", "final")
 HASH_VERSION = "rocmci-image-2"
-INPUT_HASH_LABEL = "rocmci.input-hash"
+INPUT_HASH_LABEL = label.INPUT_HASH
 
 
 @dataclass(frozen=True)
@@ -122,10 +123,10 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
     if request.vllm_archs is not None:
         common[vd.VLLM_ARCH_ARG] = archmod.canonical(request.vllm_archs)
     labels = {
-        "rocmci.arch": archmod.canonical(request.archs),
-        "rocmci.vllm.arch": archmod.canonical(request.vllm_archs) if request.vllm_archs else "",
+        label.ARCH: archmod.canonical(request.archs),
+        label.VLLM_ARCH: archmod.canonical(request.vllm_archs) if request.vllm_archs else "",
         **request.pins,
-        "rocmci.vllm.commit": request.vllm_commit,
+        label.VLLM_COMMIT: request.vllm_commit,
         "org.opencontainers.image.revision": request.vllm_commit,
     }
 
@@ -139,7 +140,7 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
             dockerfile=df.path,
             context=request.checkout,
             build_args=dict(args),
-            labels={**labels, "rocmci.target": target, INPUT_HASH_LABEL: digest_},
+            labels={**labels, label.TARGET: target, INPUT_HASH_LABEL: digest_},
             input_hash=digest_,
             network=request.network,
             push=push,
@@ -162,6 +163,6 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
         notes.append(f"ci_base {base_tag} is reused when its {INPUT_HASH_LABEL} label matches {base.input_hash}")
     test = step("test", {**common, "CI_BASE_IMAGE": base_ref}, final_tag, extra=base_identity, push=request.push)
     steps.append(
-        BuildStep(**{**test.__dict__, "labels": {**test.labels, "rocmci.ci-base-image": base_ref}})
+        BuildStep(**{**test.__dict__, "labels": {**test.labels, label.CI_BASE_IMAGE: base_ref}})
     )
     return BuildPlan(tuple(steps), tuple(notes))

@@ -1,6 +1,6 @@
 """Request-building for the image tasks: settings -> checked values -> check/plan/retarget requests.
 
-commands.py stays a thin face: it resolves settings, calls one function here, prints the result.
+image/service.py holds the functions the tasks call; it builds its requests here.
 Every value that reaches a command line is validated here, once.
 """
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmci import arch as archmod
+from rocmci import labels as label
 from rocmci.errors import FindingsError, UsageError
 from rocmci.image import check as checkmod
 from rocmci.image import plan as planmod
@@ -27,12 +28,12 @@ _NETWORKS = ("none", "host", "default")
 
 # setting -> (build arg, label, pattern); the pins vLLM's Dockerfile declares.
 PINS = (
-    ("base_image", "BASE_IMAGE", "rocmci.base-image", _IMAGE),
-    ("deepep_repo", "DEEPEP_REPO", "rocmci.deepep.repo", _REPO),
-    ("deepep_ref", "DEEPEP_BRANCH", "rocmci.deepep.ref", _REF),
-    ("deepep_nic", "DEEPEP_NIC", "rocmci.deepep.nic", _NIC),
-    ("rocshmem_repo", "ROCSHMEM_REPO", "rocmci.rocshmem.repo", _REPO),
-    ("rocshmem_ref", "ROCSHMEM_BRANCH", "rocmci.rocshmem.ref", _REF),
+    ("base_image", "BASE_IMAGE", label.BASE_IMAGE, _IMAGE),
+    ("deepep_repo", "DEEPEP_REPO", label.DEEPEP_REPO, _REPO),
+    ("deepep_ref", "DEEPEP_BRANCH", label.DEEPEP_REF, _REF),
+    ("deepep_nic", "DEEPEP_NIC", label.DEEPEP_NIC, _NIC),
+    ("rocshmem_repo", "ROCSHMEM_REPO", label.ROCSHMEM_REPO, _REPO),
+    ("rocshmem_ref", "ROCSHMEM_BRANCH", label.ROCSHMEM_REF, _REF),
 )
 _OVERRIDE_ORIGINS = ("flag ", "env ", "pyproject")
 
@@ -136,12 +137,12 @@ def pins(s) -> tuple[dict[str, str], dict[str, str]]:
     """Labels for every pin as resolved, and --build-arg overrides for pins not taken from vLLM's file."""
     labels: dict[str, str] = {}
     overrides: dict[str, str] = {}
-    for name, arg, label, pattern in PINS:
+    for name, arg, key, pattern in PINS:
         value = s.require(name)
         if _overridden(s, name):
             overrides[arg] = _valid(name, value, pattern, s.origin(name))
-        labels[label] = value
-    labels["rocmci.deepep.flags"] = s.deepep_flags or ""
+        labels[key] = value
+    labels[label.DEEPEP_FLAGS] = s.deepep_flags or ""
     return labels, overrides
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmci import arch as archmod
+from rocmci import labels as label
 from rocmci.errors import BuildError
 from rocmci.image.plan import INPUT_HASH_LABEL, BuildStep
 
@@ -60,15 +61,15 @@ def plan_retarget(request: RetargetRequest, overlay_text: str) -> RetargetPlan:
     digest = h.hexdigest()[:16]
     tag = request.tag or f"{request.image_repo}:retarget-{archmod.slug(request.archs)}"
     labels = {
-        "rocmci.arch": listing,
-        "rocmci.retarget.from": request.from_image,
-        "rocmci.deepep.repo": request.pins.get("DEEPEP_REPO", ""),
-        "rocmci.deepep.ref": request.pins.get("DEEPEP_BRANCH", ""),
-        "rocmci.deepep.nic": request.pins.get("DEEPEP_NIC", ""),
-        "rocmci.deepep.flags": args["DEEPEP_SETUP_FLAGS"],
-        "rocmci.rocshmem.repo": request.pins.get("ROCSHMEM_REPO", ""),
-        "rocmci.rocshmem.ref": request.pins.get("ROCSHMEM_BRANCH", ""),
-        "rocmci.target": "retarget",
+        label.ARCH: listing,
+        label.RETARGET_FROM: request.from_image,
+        label.DEEPEP_REPO: request.pins.get("DEEPEP_REPO", ""),
+        label.DEEPEP_REF: request.pins.get("DEEPEP_BRANCH", ""),
+        label.DEEPEP_NIC: request.pins.get("DEEPEP_NIC", ""),
+        label.DEEPEP_FLAGS: args["DEEPEP_SETUP_FLAGS"],
+        label.ROCSHMEM_REPO: request.pins.get("ROCSHMEM_REPO", ""),
+        label.ROCSHMEM_REF: request.pins.get("ROCSHMEM_BRANCH", ""),
+        label.TARGET: "retarget",
         INPUT_HASH_LABEL: digest,
     }
     step = BuildStep(

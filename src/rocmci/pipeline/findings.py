@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rocmci.pipeline.yamldoc import Document, Path_
+    from rocmci.yamldoc import Document, Path_
 
 ERROR = "error"
 WARNING = "warning"

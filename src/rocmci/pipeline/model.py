@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocmci.pipeline.findings import Finding
-from rocmci.pipeline.yamldoc import Path_
+from rocmci.yamldoc import Path_
 
 STEP_KINDS = ("block", "input", "wait", "waiter", "trigger", "group")
 KEY_FIELDS = ("key", "id", "identifier")

@@ -1,18 +1,26 @@
-"""The pipeline tasks end to end: settings -> load -> generate -> validate -> render."""
+"""The pipeline tasks end to end: settings -> load -> generate -> validate -> render.
+
+pipeline/tasks.py holds what the tasks call (flags already parsed, cli/flags.py); `validate_source_file`
+is what the pre-commit hook calls.
+"""
 
 from __future__ import annotations
 
+import difflib
+import gc
 import json
 import os
 import re
 import subprocess
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from rocmci import yamldoc
 from rocmci.arch import parse_arch_list
-from rocmci.errors import InputError, UsageError
+from rocmci.errors import UsageError
 from rocmci.files import read_lines
 from rocmci.pipeline import bootstrap as boot
 from rocmci.pipeline import generate as gen
@@ -26,20 +34,19 @@ except ImportError:  # pragma: no cover
     from yaml import SafeDumper as _Dumper  # type: ignore[assignment]
 
 
-_GIT_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/~^@{}-]{0,199}")
-
-
 @dataclass(frozen=True)
 class Inputs:
     source_path: Path
     source_name: str
     inventory_path: Path
     archs: tuple[str, ...]
+    source_what: str = "--source"  # the flag or setting each path came from, for one-line errors
+    inventory_what: str = "inventory"
 
 
 def display_name(path: Path, workspace: Path) -> str:
     try:
-        return str(path.resolve().relative_to(workspace))
+        return str(Path(os.path.realpath(path)).relative_to(workspace))
     except ValueError:
         return str(path)
 
@@ -50,20 +57,27 @@ def packaged_inventory() -> Path:
 
 
 def inputs(s: Settings, source_override: str | None = None) -> Inputs:
-    src = Path(source_override).resolve() if source_override else s.path("source")
+    # realpath, not Path.resolve()/is_file(): a loop, a NUL or an over-long name reaches the file reader,
+    # which names it (and the flag or setting) in one line.
+    src = Path(os.path.realpath(source_override)) if source_override else s.path("source")
     inventory_path = s.path("inventory")
-    if s.origin("inventory") == "default" and not inventory_path.is_file():
+    inventory_what = s.describe("inventory")
+    if s.origin("inventory") == "default" and not os.path.lexists(inventory_path):
         inventory_path = packaged_inventory()  # e.g. the pre-commit hook in another repository
+        inventory_what = "the packaged inventory"
     return Inputs(
         source_path=src,
         source_name=display_name(src, s.workspace),
         inventory_path=inventory_path,
         archs=parse_arch_list(s.require("arch"), what="arch list"),
+        source_what="--source" if source_override else s.describe("source"),
+        inventory_what=inventory_what,
     )
 
 
 def context(i: Inputs, workspace: Path) -> rules.Context:
-    inventory = inv.load_inventory(i.inventory_path, display_name(i.inventory_path, workspace))
+    doc = yamldoc.load(i.inventory_path, display_name(i.inventory_path, workspace), what=i.inventory_what)
+    inventory = inv.from_document(doc)
     return rules.Context(inventory=inventory, archs=i.archs)
 
 
@@ -72,11 +86,10 @@ def changed_files(changed_file: str | None, diff_base: str | None, workspace: Pa
     if changed_file and diff_base:
         raise UsageError("give --changed-files or --diff-base, not both")
     if changed_file:
-        return read_lines(Path(changed_file))
+        return read_lines(Path(changed_file), what="--changed-files")
     if diff_base:
-        if diff_base.startswith("-") or not _GIT_REF.fullmatch(diff_base):
-            raise UsageError(f"--diff-base {diff_base!r} is not a git ref")
         proc = subprocess.run(
+            # The ref is checked (no leading '-') and the paths end at `--`: git reads nothing as an option.
             ["git", "diff", "--name-only", "--diff-filter=ACMDR", f"{diff_base}...HEAD", "--"],
             cwd=workspace,
             capture_output=True,
@@ -136,7 +149,8 @@ def plan(i: Inputs, opts: gen.Options, decision: boot.Decision) -> dict:
     lines.append(f"mirror_hw {inputs.mirror_hw}; branch {inputs.branch or '(none)'}")
     steps = []
     if not decision.skip:
-        src = source.load_source(i.source_path, i.source_name)
+        src = load(i)
+        check_mirror_hw(src, inputs.mirror_hw)
         for step in src.steps:
             d = gen.decide(step, inputs, inputs.changed)
             steps.append({"action": d.action, "pool": step.pool, "label": step.label, "reason": d.reason})
@@ -149,13 +163,27 @@ def diff(template: Path, i: Inputs, opts: gen.Options):
 
     rendered = citemplate.render_ci_infra(template, i.source_path, opts.inputs)
     reference = citemplate.parse_pipeline(rendered, f"{template} rendered")
-    src = source.load_source(i.source_path, i.source_name)
+    src = load(i)
     ours = gen.generate(src, opts).pipeline["steps"]
     return conformance.compare(reference, ours)
 
 
+def load(i: Inputs) -> source.SourceFile:
+    return source.load_source(i.source_path, i.source_name, what=i.source_what)
+
+
+def check_mirror_hw(src: source.SourceFile, mirror_hw: str) -> None:
+    """A mirror_hw no step lists would give a pipeline with only the image steps: a typo, not a choice."""
+    known = sorted({m for step in src.steps for m in (step.data.get("mirror_hardwares") or []) if isinstance(m, str)})
+    if known and mirror_hw not in known:
+        close = difflib.get_close_matches(mirror_hw, known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else f"the steps list: {', '.join(known)}"
+        raise UsageError(f"no step in {src.filename} lists mirror_hw {mirror_hw!r}", hint=hint)
+
+
 def build(i: Inputs, opts: gen.Options, workspace: Path) -> tuple[source.SourceFile, gen.Generated, validate.Report]:
-    src = source.load_source(i.source_path, i.source_name)
+    src = load(i)
+    check_mirror_hw(src, opts.inputs.mirror_hw)
     ctx = context(i, workspace)
     generated = gen.generate(src, opts)
     report = validate.validate_generated(src, generated, ctx)
@@ -171,23 +199,46 @@ def render(pipeline: dict, fmt: str, source_name: str) -> str:
     return f"# Generated by rocmci from {source_name}; edit that file, not this one.\n{body}"
 
 
-def format_report(report: validate.Report, as_json: bool) -> str:
-    if as_json:
-        return json.dumps(
-            {
-                "errors": report.errors,
-                "warnings": report.warnings,
-                "steps": report.steps,
-                "findings": [f.as_dict() for f in report.findings],
-            },
-            indent=2,
-        )
-    lines = [f.text() for f in report.findings]
-    lines.append(f"{report.errors} error(s), {report.warnings} warning(s) in {report.steps} {report.subject}")
-    return "\n".join(lines)
-
-
 def load_pipeline_report(path: Path, ctx: rules.Context, workspace: Path) -> validate.Report:
-    if not path.exists():
-        raise InputError("no such file", where=str(path))
-    return validate.validate_pipeline_file(path, ctx, display_name(path, workspace))
+    doc = yamldoc.load(path, display_name(path, workspace), what="--pipeline")
+    return validate.validate_pipeline_document(doc, ctx)
+
+
+# ------------------------------------------------------------------------------ what the tasks call
+
+# An image reference, plus Buildkite's upload-time $VAR / ${VAR}, for tags written into the pipeline.
+_CI_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*(?:\$\{?[A-Z_][A-Z0-9_]*\}?[A-Za-z0-9._-]*)*")
+
+
+@contextmanager
+def no_gc():
+    """Pipeline work builds many small acyclic objects: cyclic GC passes over them cost time, free nothing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def generate_options(s: Settings, changed_file=None, diff_base=None, run_all=False, nightly=False):
+    """(generator options, bootstrap decision): the inputs bootstrap-amd.sh would give the template."""
+    if not _CI_IMAGE.fullmatch(s.ci_image):
+        raise UsageError(
+            f"ci_image {s.ci_image!r} ({s.origin('ci_image')}) is not an image reference",
+            hint="e.g. rocm/vllm-ci:build-$BUILDKITE_BUILD_ID; it is written into the pipeline's env",
+        )
+    return options(s, changed_files(changed_file, diff_base, s.workspace), run_all, nightly)
+
+
+def validate_source_file(path: str, s: Settings) -> tuple[str, validate.Report]:
+    """Generate a step file in memory and validate it, as `pipeline.validate --source` does: (name, report).
+
+    The pre-commit hook's one call; expected failures are RocmciErrors (one line, exit code).
+    """
+    i = inputs(s, path)
+    opts, _ = generate_options(s)
+    with no_gc():
+        _, _, report = build(i, opts, s.workspace)
+    return i.source_name, report

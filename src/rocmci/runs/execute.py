@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocmci import container as ctr
-from rocmci import results as res
+from rocmci import labels as label
 from rocmci.engine import Engine
-from rocmci.errors import EngineError, InputError, PreflightError, UsageError, WorkloadError
-from rocmci.files import write_atomic
+from rocmci.errors import EngineError, PreflightError, WorkloadError
 from rocmci.gpus import Gpu, detect_gpus
-from rocmci.secrets import Redactor, is_secret
-from rocmci.workarounds import Workaround
-from rocmci.workloads import (
+from rocmci.runs import container as ctr
+from rocmci.runs import results as res
+from rocmci.runs.dryrun import dry_run_lines  # noqa: F401 - what --dry-run prints
+from rocmci.runs.outcomes import merge_results, outcome_of, report  # noqa: F401 - report: the run's last step
+from rocmci.runs.workarounds import Workaround
+from rocmci.runs.workloads import (
     RESULTS_MOUNT,
     Workload,
     check_archs,
@@ -31,10 +30,10 @@ from rocmci.workloads import (
     shard_env,
     visible_env,
 )
+from rocmci.secrets import Redactor, is_secret
 
-PLUGINS = Path(__file__).resolve().parent / "plugins"
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 PLUGINS_MOUNT = "/rocmci-plugins"
-_ENV_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
 
 
 @dataclass
@@ -48,22 +47,13 @@ class RunOptions:
     hf_cache: str
     workdir: str
     host_root: Path = Path("/")
-    gpus: str | None = None
+    gpus: tuple[int, ...] | None = None
     skip_preflight: bool = False
     no_container: bool = False
     dry_run: bool = False
     strict: bool = False  # fail on what vLLM's runner lets pass: obsolete workarounds, no tests collected
     env: dict[str, str] = field(default_factory=dict)  # --env overrides, secrets included
-
-
-def parse_env(pairs: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        m = _ENV_ASSIGN.fullmatch(pair)
-        if not m:
-            raise UsageError(f"--env {pair.split('=')[0]!r} must be NAME=value")
-        out[m.group(1)] = m.group(2)
-    return out
+    public: frozenset[str] = frozenset()  # --public: names whose values may be shown
 
 
 @dataclass(frozen=True)
@@ -113,8 +103,7 @@ def _gpu_sets(gpus: list[Gpu], opts: RunOptions, need: int, width: int, problems
         return [[] for _ in range(width)]
     # Going ahead anyway: give each run its share of the GPUs named, so the plan still shows them.
     by_index = {g.index: g for g in gpus}
-    named = [int(x) for x in opts.gpus.split(",") if x.strip()]
-    pool = [by_index.get(i, Gpu(i, -1, "unknown", None)) for i in named]
+    pool = [by_index.get(i, Gpu(i, -1, "unknown", None)) for i in opts.gpus]
     if not opts.no_container:
         pool = [g for g in pool if g.render_minor is not None]  # a container needs the render node
     return [pool[i * need : (i + 1) * need] for i in range(width)]
@@ -166,7 +155,7 @@ def preflight(
                 )
             elif any(sets):
                 try:
-                    check_archs([g for s in sets for g in s], labels.get("rocmci.arch"), opts.image)
+                    check_archs([g for s in sets for g in s], labels.get(label.ARCH), opts.image)
                 except PreflightError as exc:
                     problems.append(exc)
     if problems and not (opts.skip_preflight or opts.dry_run):
@@ -202,7 +191,7 @@ def spec_for(workload: Workload, gpus: list[Gpu], opts: RunOptions, slot: int) -
         shm_size=opts.shm_size,
         memory=opts.memory,
         network=opts.network,
-        labels={"rocmci.workload": workload.kind},
+        labels={label.WORKLOAD: workload.kind},
         name=ctr.container_name(workload.kind),
     )
 
@@ -232,6 +221,11 @@ def prepare(
     return Prepared(planned, warnings, list(notes))
 
 
+def redactor(opts: RunOptions) -> Redactor:
+    """What every printed or written line of a run goes through: known secrets and every --env value."""
+    return Redactor(os.environ, given=opts.env, public=opts.public)
+
+
 def _client_env(opts: RunOptions) -> dict[str, str]:
     """The docker client's environment: secrets given with --env reach containers by name from here."""
     return {**os.environ, **{k: v for k, v in opts.env.items() if is_secret(k)}}
@@ -254,7 +248,7 @@ def execute(
     out: Callable[[str], None],
 ) -> list[res.Result]:
     opts.results_dir.mkdir(parents=True, exist_ok=True)
-    redact = Redactor({**os.environ, **opts.env})
+    redact = redactor(opts)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     lock = threading.Lock()
     results: dict[int, res.Result] = {}
@@ -329,173 +323,3 @@ def execute(
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return merge_results(prepared, [results[i] for i in sorted(results)], opts)
-
-
-def merge_results(prepared: Prepared, ordered: list[res.Result], opts: RunOptions) -> list[res.Result]:
-    """Shards of one workload become one result (and one JUnit file); other runs stay as they are."""
-    merged: list[res.Result] = []
-    runs = prepared.runs
-    i = 0
-    while i < len(ordered):
-        group = runs[i].workload.group
-        j = i + 1
-        while group is not None and j < len(ordered) and runs[j].workload.group == group and runs[j].workload.sharded:
-            j += 1
-        chunk = ordered[i:j]
-        if len(chunk) == 1:
-            merged.append(chunk[0])
-        else:
-            merged.append(merge_shards(chunk, f"moe-tests {group} ({len(chunk)} shards)"))
-            shard_files = [opts.results_dir / run.workload.junit for run in runs[i:j] if run.workload.junit]
-            target = opts.results_dir / f"junit-moe-{group}.xml"
-            res.merge_junit_files(shard_files, target)
-            prepared.files.append(target)
-        i = j
-    return merged
-
-
-def teardown_hint(workload: Workload, registry: Sequence[Workaround]) -> str:
-    related = [w for w in registry if workload.kind in w.workloads and w.applied_by == "rocmci"]
-    if not related:
-        return ""
-    w = related[0]
-    state = "was applied" if w.id in workload.workarounds else "was NOT applied to this run"
-    refs = ", ".join(w.refs)
-    return f"likely the ROCm runtime teardown crash ({refs}); workaround {w.id} {state}"
-
-
-def outcome_of(
-    workload: Workload, run: ctr.RunResult, opts: RunOptions, registry: Sequence[Workaround], log: str
-) -> res.Result:
-    junit = None
-    junit_problem = None
-    if workload.junit:
-        path = opts.results_dir / workload.junit
-        try:
-            junit = res.parse_junit(path)
-        except InputError as exc:
-            junit_problem = exc.one_line()
-    outcome, detail = res.classify(
-        run.exit_code,
-        junit,
-        timed_out=run.timed_out,
-        infra_error=run.infra_error,
-        teardown_hint=teardown_hint(workload, registry),
-        oom_killed=run.oom_killed,
-        in_container=not opts.no_container,
-    )
-    if junit_problem and outcome in (res.Outcome.FAILED, res.Outcome.PASSED):
-        detail += f" ({junit_problem})"
-    return res.Result(
-        workload.name, outcome, run.exit_code, run.seconds, detail, junit, list(workload.workarounds), log
-    )
-
-
-def merge_shards(results: list[res.Result], name: str) -> res.Result:
-    """One result for the shards of one workload: a shard that drew no case does not spoil the others."""
-    outcomes = [r.outcome for r in results]
-    if res.Outcome.PASSED in outcomes:
-        outcomes = [o for o in outcomes if o is not res.Outcome.NO_TESTS]
-    outcome = res.worst(outcomes)
-    junit = None
-    for r in results:
-        if r.junit is not None:
-            junit = r.junit if junit is None else junit.merge(r.junit)
-    details = shard_summary(results, junit)
-    return res.Result(
-        name,
-        outcome,
-        max(r.exit_code for r in results),
-        max(r.seconds for r in results),
-        details,
-        junit,
-        sorted({w for r in results for w in r.workarounds}),
-        ", ".join(r.log or "" for r in results),
-    )
-
-
-PASSED = res.Outcome.PASSED
-
-
-def shard_summary(results: list[res.Result], junit: res.JUnitSummary | None) -> str:
-    """Once for all shards: the totals, then only the shards that did not pass, each in its own words."""
-    head = f"{len(results)} shards"
-    if junit is not None:
-        head += f": {junit.passed} passed, {junit.skipped} skipped" + (
-            f", {len(junit.failed_cases)} failed" if junit.failed_cases else ""
-        )
-    odd = [f"shard {i}: {r.outcome.value} ({r.detail})" for i, r in enumerate(results) if r.outcome is not PASSED]
-    return "; ".join([head, *odd])
-
-
-def report(
-    results: list[res.Result],
-    opts: RunOptions,
-    as_json: bool,
-    notes: Sequence[str] = (),
-    files: Sequence[Path] = (),
-) -> int:
-    """Results to the terminal and the results folder, and under Buildkite to the build page."""
-    annotation = opts.results_dir / "annotation.md"
-    write_atomic(annotation, res.render_annotation(results, list(notes)))
-    write_atomic(opts.results_dir / "results.json", res.render_json(results) + "\n")
-    print(res.render_json(results) if as_json else res.render_table(results))
-    agent = res.under_buildkite()
-    if agent:
-        present = [f for f in dict.fromkeys(files) if f.is_file()]
-        for problem in res.post_to_buildkite(agent, results, list(notes), opts.results_dir, present):
-            print(f"rocmci: {problem}", file=sys.stderr)
-        if not as_json:
-            print(f"\nposted to the Buildkite build page; files also in {opts.results_dir}", file=sys.stderr)
-    elif not as_json:
-        print(f"\nlogs and JUnit XML in {opts.results_dir}; Buildkite annotation: {annotation}", file=sys.stderr)
-    return res.exit_code(results, strict=opts.strict)
-
-
-def dry_run_lines(prepared: Prepared, engine: Engine | None, opts: RunOptions | None = None) -> list[str]:
-    from rocmci.report import shell_lines
-
-    client = "docker"
-    if engine is not None:
-        try:
-            client = engine.client
-        except Exception:  # noqa: BLE001 - a dry run must print even without a docker client
-            client = "docker"
-    lines = [_comment(f"preflight: {w}") for w in prepared.warnings]
-    lines += [_comment(n) for n in prepared.notes]
-    for planned in prepared.runs:
-        workload = planned.workload
-        gpu_text = ", ".join(f"{g.index}:{g.arch}" for g in planned.gpus) or "none detected"
-        lines.append(_comment(f"{workload.name} on GPUs [{gpu_text}]: {workload.command_line()}"))
-        if workload.workarounds:
-            lines.append(_comment(f"workarounds from the registry: {', '.join(workload.workarounds)}"))
-        if planned.spec is not None:
-            lines.append(shell_lines(ctr.run_argv(planned.spec, client)))
-            continue
-        visible = planned.env.get("ROCR_VISIBLE_DEVICES")
-        if visible is not None:
-            lines.append(
-                f"# host process: GPUs {visible} visible (ROCR_VISIBLE_DEVICES={visible}; HIP sees them from 0)"
-            )
-        secrets = sorted(k for k in (opts.env if opts else {}) if is_secret(k))
-        if secrets:
-            lines.append(f"# plus from --env, values not shown: {', '.join(secrets)}")
-        if opts is not None:
-            lines.append(f"cd {shlex_quote(opts.workdir)}")
-        argv = ["env", *(f"{k}={v}" for k, v in planned.env.items()), *workload.argv]
-        lines.append(shell_lines(argv))
-    return lines
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def _comment(text: str) -> str:
-    """A shell comment that stays one line whatever the text holds: pasted, it runs nothing."""
-    return "# " + _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-def shlex_quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)

@@ -72,12 +72,19 @@ class JUnitSummary:
         )
 
 
-def parse_junit(path: Path) -> JUnitSummary:
-    """Count cases from <testcase> elements (pytest's totals omit nothing, but other writers differ)."""
+def parse_junit(path: Path, *, what: str | None = None) -> JUnitSummary:
+    """Count cases from <testcase> elements (pytest's totals omit nothing, but other writers differ).
+
+    Read through files.read_bytes: a FIFO, a directory or /dev/zero given as the file is one line, not a hang.
+    `what` names the flag the path came from; without it a missing file means the run wrote none.
+    """
+    from rocmci.files import read_bytes
+
+    if what is None and not os.path.lexists(path):
+        raise InputError("no JUnit XML was written", where=str(path))
+    data = read_bytes(path, what=what)
     try:
-        root = ET.parse(path).getroot()
-    except FileNotFoundError:
-        raise InputError("no JUnit XML was written", where=str(path)) from None
+        root = ET.fromstring(data)
     except ET.ParseError as exc:
         line, col = exc.position
         reason = str(exc).split(":")[0]

@@ -13,15 +13,16 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from rocmci import labels as label
+from rocmci import yamldoc
 from rocmci.errors import InputError
-from rocmci.pipeline import yamldoc
 
 ENTRY_KEYS = {"id", "applied_by", "sets", "applies_to", "why", "refs", "remove_when"}
 SCOPE_KEYS = {"platform", "workloads", "tests"}
 CONDITION_KINDS = {"vllm_file_lacks", "vllm_file_has", "vllm_commit", "image_label"}
 FILE_KEYS = {"path", "pattern"}
 LABEL_KEYS = {"name", "has"}
-FIXES_LABEL = "rocmci.rocm.fixes"
+FIXES_LABEL = label.ROCM_FIXES
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
 
@@ -287,3 +288,36 @@ def from_document(doc: yamldoc.Document) -> list[Workaround]:
 
 def load_registry(path: Path, display: str | None = None) -> list[Workaround]:
     return from_document(yamldoc.load(path, display))
+
+
+def as_json(checks: list[Check]) -> list[dict]:
+    from rocmci.runs.results import ref_url
+
+    return [
+        {
+            "id": c.workaround.id,
+            "status": c.status,
+            "evidence": list(c.evidence) or [c.reason()],
+            "sets": c.workaround.sets,
+            "applies_to": {"workloads": list(c.workaround.workloads), "tests": list(c.workaround.tests)},
+            "refs": {ref: ref_url(ref) for ref in c.workaround.refs},
+        }
+        for c in checks
+    ]
+
+
+def render(checks: list[Check], sources: Sources) -> str:
+    """Each workaround, its status and evidence, for people (`invoke workarounds`)."""
+    from rocmci.runs.results import ref_url
+
+    lines = []
+    for c in checks:
+        w = c.workaround
+        sets = ", ".join(f"{k}={v}" for k, v in w.sets.items()) or "-"
+        scope = ", ".join(w.workloads) + (f" [{', '.join(w.tests)}]" if w.tests else "")
+        lines.append(f"{w.id}: {c.status.upper()}  (sets {sets}; {scope})")
+        lines += [f"    evidence: {line}" for line in c.evidence or (c.reason(),)]
+        lines += [f"    ref: {ref} {ref_url(ref) or ''}".rstrip() for ref in w.refs]
+    if not sources.any:
+        lines.append("\nno evidence given: name a vLLM checkout (--vllm-src PATH) or an image (--image TAG)")
+    return "\n".join(lines)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from rocmci import arch as archmod
 from rocmci.errors import PreflightError, UsageError
 from rocmci.gpus import Gpu
-from rocmci.workarounds import Workaround, env_for
+from rocmci.runs.workarounds import Workaround, env_for
 
 WORKSPACE = "/vllm-workspace"
 DP_EXAMPLE = "examples/offline_inference/data_parallel.py"
@@ -75,18 +75,9 @@ class Workload:
 
 
 def dp_example(
-    *,
-    model: str = "Qwen/Qwen1.5-MoE-A2.7B",
-    tp: int = 1,
-    dp: int = 2,
-    max_model_len: int = 2048,
-    backend: str = "deepep_high_throughput",
-    extra: Sequence[str] = (),
-    example: str = DP_EXAMPLE_MOVED,
+    *, model: str, tp: int, dp: int, max_model_len: int, backend: str, example: str, extra: Sequence[str] = ()
 ) -> Workload:
-    for name, value in (("--tp", tp), ("--dp", dp), ("--max-model-len", max_model_len)):
-        if value < 1:
-            raise UsageError(f"{name} must be at least 1, got {value}")
+    """The example's command line; values arrive checked and defaulted (cli/flags.py)."""
     argv = (
         "python3",
         example,
@@ -114,8 +105,6 @@ def moe_tests(
 
     Workarounds named in `obsolete` (their removal condition is met) are left out.
     """
-    if shards < 1:
-        raise UsageError(f"--shards must be at least 1, got {shards}")
     out = []
     for mode in modes:
         if mode not in MOE_MODES:
@@ -144,28 +133,21 @@ def moe_tests(
     return out
 
 
-def parse_modes(text: str) -> tuple[str, ...]:
-    if text == "both":
-        return tuple(MOE_MODES)
-    if text not in MOE_MODES:
-        raise UsageError(f"unknown --mode {text!r}", hint="choose high-throughput, low-latency or both")
-    return (text,)
+def expand_modes(mode: str) -> tuple[str, ...]:
+    """--mode (a checked choice) as the modes to run, one after the other."""
+    return tuple(MOE_MODES) if mode == "both" else (mode,)
 
 
-def choose_gpus(available: Sequence[Gpu], wanted: str | None, per_run: int, runs: int) -> list[list[Gpu]]:
-    """Disjoint GPU sets, one per run; `wanted` is a comma list of GPU indices (default: the first ones)."""
+def choose_gpus(
+    available: Sequence[Gpu], wanted: Sequence[int] | None, per_run: int, runs: int
+) -> list[list[Gpu]]:
+    """Disjoint GPU sets, one per run; `wanted` holds distinct GPU indices (default: the first ones)."""
     if wanted:
-        try:
-            indices = [int(x) for x in wanted.split(",") if x.strip()]
-        except ValueError:
-            raise UsageError(f"--gpus {wanted!r} must be GPU indices like 0,1") from None
         by_index = {g.index: g for g in available}
-        missing = [i for i in indices if i not in by_index]
+        missing = [i for i in wanted if i not in by_index]
         if missing:
             raise PreflightError(f"no GPU {missing[0]} on this host (found {len(available)})")
-        if len(set(indices)) != len(indices):
-            raise UsageError(f"--gpus {wanted!r} names a GPU twice")
-        pool = [by_index[i] for i in indices]
+        pool = [by_index[i] for i in wanted]
     else:
         pool = list(available)
     need = per_run * runs

@@ -1,0 +1,1 @@
+"""The faces: invoke tasks (cli/tasks.py), the `rocmci` program (cli/program.py), flag parsing (cli/flags.py)."""

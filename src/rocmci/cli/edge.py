@@ -1,0 +1,63 @@
+"""Where typed errors become one line and an exit code, and how tasks declare their flags.
+
+`run(fn, given)` parses a task's flags and calls one face function: RocmciError -> "rocmci: <one line>"
+Ctrl-C -> 130, SIGTERM -> 143, a closed stdout (`| head`) -> a quiet exit. Anything else is a bug
+and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from invoke import Exit, Task
+
+from rocmci.cli import flags
+
+
+def run(fn: Callable[..., int | None], given: dict[str, Any] | None = None) -> None:
+    """Parse the flags a task received (`given`, when it has flags) and call `fn` with the typed values."""
+    from rocmci.errors import RocmciError, Terminated, raise_on_sigterm
+
+    raise_on_sigterm()  # SIGTERM unwinds like Ctrl-C: temporary files and containers are cleaned up
+    try:
+        code = fn() if given is None else fn(flags.parse(given))
+    except RocmciError as exc:
+        raise Exit(f"rocmci: {exc.one_line()}", code=exc.exit_code) from None
+    except Terminated:
+        raise Exit("rocmci: terminated", code=143) from None
+    except KeyboardInterrupt:
+        raise Exit("rocmci: interrupted", code=130) from None
+    except BrokenPipeError:
+        # The reader went away (`| head`): nothing more to say; keep Python from complaining at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise Exit(code=0) from None
+    if code:
+        raise Exit(code=code)
+
+
+class RocmciTask(Task):
+    """A task whose flags come from cli/flags.py: help from the table, long names only, chosen short ones.
+
+    invoke would give every flag the first free letter as a short flag (so `-h` became --host-root and
+    `-t` --target); here only flags.SHORT get one, the same letter in every task.
+    """
+
+    def __init__(self, body, *, help: dict[str, str] | None = None, **kwargs: Any) -> None:  # noqa: A002
+        import inspect
+
+        names = list(inspect.signature(body).parameters)[1:]
+        table = {n: flags.help_text(n) for n in names if n in flags.FLAGS}
+        table.update(help or {})
+        kwargs.setdefault("iterable", [n for n in names if n in flags.REPEATABLE])
+        super().__init__(body, help=table, auto_shortflags=False, **kwargs)
+
+    def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
+        opts = super().arg_opts(name, default, taken_names)
+        short = flags.SHORT.get(name)
+        if short and short not in opts["names"]:
+            opts["names"] = [*opts["names"], short]
+        return opts

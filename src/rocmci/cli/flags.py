@@ -1,0 +1,175 @@
+"""Every flag of every task: its help, its one parser and its one default.
+
+Task functions declare each flag with `None` (or `False` for a switch) and hand what they got to
+`parse`, which returns typed values (tuples of GPU indices, env pairs, bounded ints, choices, image
+references). A flag whose value is a setting is parsed by the settings registry (settings.convert),
+so its default lives there; every other flag's default lives here. tests/unit/test_flags.py checks
+that each task's flags are in this table, with help, and that no task repeats a default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rocmci import values as v
+
+# vLLM's --all2all-backend choices (vllm/config/parallel.py All2AllBackend).
+BACKENDS = ("naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "allgather_reducescatter",
+            "flashinfer_all2allv")  # fmt: skip
+MODES = ("high-throughput", "low-latency", "both")
+WORKLOADS = ("moe-tests", "dp-example")
+FORMATS = ("yaml", "json")
+TARGETS = ("test", "ci_base", "final")
+PURPOSES = ("build", "run", "pipeline")
+# Upper bounds are sanity caps checked before anything is allocated; the host's real GPU count is
+# checked by preflight (runs), which names both numbers.
+MAX_GPUS_PER_HOST = 64
+MAX_TIMEOUT = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class Flag:
+    help: str
+    parse: Callable[[str, Any], Any] | None = None  # (flag text, raw) -> typed value; None: kept as given
+    default: Any = None
+    setting: str | None = None  # the value is this setting: parsed and defaulted by the settings registry
+    switch: bool = False  # a boolean flag (present or not)
+
+
+def _int(low: int, high: int):
+    return lambda flag, raw: v.bounded_int(flag, raw, low, high)
+
+
+def _choice(choices):
+    return lambda flag, raw: v.choice(flag, raw, choices)
+
+
+_path = v.path_text
+
+
+_SOURCE = "vLLM-style step file (default: the 'source' setting, .buildkite/test-amd.yaml)"
+FLAGS: dict[str, Flag] = {
+    # Output and modes shared by many tasks: one name and one meaning everywhere.
+    "json": Flag("print JSON instead of text", switch=True),
+    "dry_run": Flag("print exactly what would run (commands, environment); run nothing, no engine needed", switch=True),
+    "force": Flag("build even when an image with the same input hash exists", switch=True),
+    "strict": Flag("fail where vLLM's runner passes: an obsolete workaround, no tests collected", switch=True),
+    "vllm_src": Flag("vLLM checkout (default: the current folder when it is one; setting vllm_src)",
+                     setting="vllm_src"),  # fmt: skip
+    # Settings given as flags.
+    "arch": Flag("GPU archs for rocSHMEM and DeepEP, e.g. 'gfx942;gfx950' (default: vLLM's DEEPEP_ROCM_ARCH)",
+                 setting="arch"),  # fmt: skip
+    "vllm_arch": Flag("archs vLLM itself is built for (default: vLLM's bake file); must cover --arch",
+                      setting="vllm_arch"),  # fmt: skip
+    "mirror_hw": Flag("mirror_hardwares value a step must list (default: setting mirror_hw)", setting="mirror_hw"),
+    "branch": Flag("branch the pipeline is for (default: setting branch, else $BUILDKITE_BRANCH)", setting="branch"),
+    "deepep_ref": Flag("DeepEP commit instead of vLLM's DEEPEP_BRANCH", setting="deepep_ref"),
+    "rocshmem_ref": Flag("rocm-systems commit instead of vLLM's ROCSHMEM_BRANCH", setting="rocshmem_ref"),
+    "base_image": Flag("base image instead of vLLM's BASE_IMAGE", setting="base_image"),
+    "network": Flag("build network: none, host or default (setting build_network)", setting="build_network"),
+    "image": Flag("image to run in or read labels from (default: setting image, else the tag image.build makes)",
+                  v.image_ref),  # fmt: skip
+    # Its default is the run_timeout setting (read by runs/service.py); bounded here so the message names --timeout.
+    "timeout": Flag("seconds before the run is stopped (default: setting run_timeout)", _int(1, MAX_TIMEOUT)),
+    # Pipeline.
+    "source": Flag(_SOURCE, _path),
+    "pipeline": Flag("an existing Buildkite pipeline file to validate instead (list or mapping form)", _path),
+    "changed_files": Flag("file listing the changed paths, one per line", _path),
+    "diff_base": Flag("git ref to diff HEAD against for the changed paths (REF...HEAD)", v.git_ref),
+    "run_all": Flag("run every step: no block steps for unaffected steps (RUN_ALL=1)", switch=True),
+    "nightly": Flag("nightly run: optional steps run too (NIGHTLY=1)", switch=True),
+    "out": Flag("write here (atomically) instead of stdout", _path),
+    "format": Flag("output format: yaml or json", _choice(FORMATS), default="yaml"),
+    "keep_going": Flag("write the pipeline even with errors: those steps wait behind block steps", switch=True),
+    "annotation": Flag("also write the findings as Markdown here (for buildkite-agent annotate)", _path),
+    "template": Flag("ci-infra's buildkite/test-template-amd.j2 to compare against (required)", _path),
+    "examples": Flag("how many differences to print", _int(0, 100_000), default=20),
+    # Host.
+    "for_": Flag("exit non-zero when something this task needs is missing: build, run or pipeline",
+                 _choice(PURPOSES)),  # fmt: skip
+    "host_root": Flag("read /sys and /dev below this folder instead of / (for fake device trees)", _path,
+                      default="/"),  # fmt: skip
+    # Image.
+    "target": Flag("stage of vLLM's Dockerfile: test (on a ci_base built or reused first), ci_base or final",
+                   _choice(TARGETS), default="test"),  # fmt: skip
+    "ci_base": Flag("build test on this existing ci_base image instead of building one", v.image_ref),
+    "tag": Flag("image tag (default: <image_repo>:<target>-<archs>; image.inspect: the configured image)",
+                v.image_ref),  # fmt: skip
+    "push": Flag("push the image after building it", switch=True),
+    "from_": Flag("vLLM ROCm image to rebuild rocSHMEM and DeepEP in (e.g. rocm/vllm-ci:<commit>; required)",
+                  v.image_ref),  # fmt: skip
+    # Runs.
+    "gpus": Flag("GPU indices to use, e.g. 0,1 (default: the first ones)", v.gpu_indices),
+    "skip_preflight": Flag("start even if the image, archs, GPUs or /dev/kfd look wrong (experts)", switch=True),
+    "no_container": Flag("run as a process of this host (a CI pod inside the image)", switch=True),
+    "env": Flag("NAME=value for the workload (repeatable); every value is redacted from output", v.env_pairs,
+                default=v.EnvPairs()),  # fmt: skip
+    "public": Flag("NAME of an --env or environment variable whose value may be shown (repeatable)", v.env_names,
+                   default=frozenset()),  # fmt: skip
+    "workdir": Flag("working directory of the workload (default: /vllm-workspace, or $VLLM_CI_WORKSPACE on host)",
+                    _path),  # fmt: skip
+    "extra": Flag("extra arguments for the workload, as one quoted string (redacted in output)", v.shell_words,
+                  default=()),  # fmt: skip
+    "model": Flag("model to serve", default="Qwen/Qwen1.5-MoE-A2.7B"),
+    "tp": Flag("tensor parallel size (-tp)", _int(1, MAX_GPUS_PER_HOST), default=1),
+    "dp": Flag("data parallel size (-dp)", _int(1, MAX_GPUS_PER_HOST), default=2),
+    "max_model_len": Flag("--max-model-len of the example", _int(1, 10_000_000), default=2048),
+    "backend": Flag("--all2all-backend: " + ", ".join(BACKENDS), _choice(BACKENDS), default="deepep_high_throughput"),
+    "example": Flag("path of the example in the image (default: detected)", _path),
+    "mode": Flag("high-throughput, low-latency or both", _choice(MODES), default="both"),
+    "k": Flag("extra pytest -k expression, and-ed with the mode's"),
+    "shards": Flag("run N shards at once on disjoint GPU sets (N x 2 GPUs)", _int(1, MAX_GPUS_PER_HOST // 2),
+                   default=1),  # fmt: skip
+    "junit": Flag("JUnit XML written by the run (required)", _path),
+    "exit_code": Flag("the run's exit status, -255..255 (139 = died by SIGSEGV; required)", _int(-255, 255)),
+    "workload": Flag("moe-tests or dp-example: which workarounds to name for a teardown crash", _choice(WORKLOADS),
+                     default="moe-tests"),  # fmt: skip
+}
+
+# Short flags only where docker, pytest or nox users expect them; every other flag is long-only.
+SHORT = {"tag": "t", "env": "e", "k": "k", "dry_run": "n"}
+REPEATABLE = ("env", "public")
+
+
+def help_text(name: str) -> str:
+    flag = FLAGS[name]
+    shown = flag.default not in (None, (), frozenset()) and not isinstance(flag.default, v.EnvPairs)
+    return f"{flag.help} (default: {flag.default})" if shown and "default" not in flag.help else flag.help
+
+
+def flag_text(name: str) -> str:
+    return "--" + name.rstrip("_").replace("_", "-")
+
+
+class Values:
+    """A task's flags as typed values (attribute access); settings-backed flags stay as given for resolve()."""
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.__dict__.update(data)
+
+    def settings_flags(self, *names: str) -> dict[str, Any]:
+        """{setting name: value} for settings given as flags (None when not given), for settings.resolve."""
+        return {FLAGS[n].setting: getattr(self, n) for n in names}
+
+    def __repr__(self) -> str:
+        return f"Values({self.__dict__!r})"
+
+
+def parse(given: Mapping[str, Any]) -> Values:
+    """Typed values for the flags a task received (invoke's Context `c` is skipped)."""
+    out: dict[str, Any] = {}
+    for name, raw in given.items():
+        if name == "c":
+            continue
+        flag = FLAGS[name]
+        if flag.switch:
+            out[name] = bool(raw)
+        elif raw is None or (name in REPEATABLE and not raw):
+            out[name] = flag.default
+        elif flag.parse is not None:
+            out[name] = flag.parse(flag_text(name), raw)
+        else:
+            out[name] = raw
+    return Values(out)

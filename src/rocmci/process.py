@@ -1,0 +1,163 @@
+"""The one way rocmci runs a long child process and streams its output: builds, containers, host workloads.
+
+Each line of the child's merged stdout/stderr goes to `on_line` (from a reader thread, so a timeout
+can fire while the child is silent). Whatever happens (normal end, timeout, Ctrl-C, SIGTERM, an
+error in the caller) the child is stopped before `stream` returns or raises: a build, a `docker run`
+client or a workload's whole process group never outlives the command that started it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL for a process group
+WAIT_AFTER_STOP = 30.0  # for the child to exit once it was asked to stop
+
+
+@dataclass(frozen=True)
+class Finished:
+    returncode: int
+    timed_out: bool
+    seconds: float
+    started: float  # wall clock, for reports
+
+
+class Running:
+    """What is running now, and how to stop each: the interrupt handler stops them all, from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stops: dict[int, Callable[[], None]] = {}
+
+    def add(self, stop: Callable[[], None]) -> int:
+        with self._lock:
+            key = id(stop)
+            self._stops[key] = stop
+            return key
+
+    def discard(self, key: int) -> None:
+        with self._lock:
+            self._stops.pop(key, None)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            stops = list(self._stops.values())
+        for stop in stops:
+            stop()
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Signal every process of the group; False when none is left."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs (zombies waiting for their parent do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def stop_group(pgid: int, grace: float = GRACE_SECONDS) -> None:
+    """SIGTERM the whole group (the child and every worker it spawned), SIGKILL what is left after grace."""
+    if not _signal_group(pgid, signal.SIGTERM):
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not group_alive(pgid):
+            return
+        time.sleep(0.05)
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def _pump(stream, on_line: Callable[[str], None]) -> None:
+    for line in stream:
+        on_line(line.rstrip("\n"))
+
+
+def _end(proc: subprocess.Popen, wait: float) -> None:
+    try:
+        proc.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def stream(
+    argv: Sequence[str],
+    on_line: Callable[[str], None],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    timeout: float | None = None,
+    group: bool = False,
+    stop: Callable[[], None] | None = None,
+    running: Running | None = None,
+) -> Finished:
+    """Run `argv` to completion, handing each output line to on_line.
+
+    group: the child leads a new session and process group; stopping it stops the group, and what the
+        child left behind is killed when it ends.
+    stop: how to stop it on timeout or interrupt besides signalling the child (e.g. remove its container).
+    running: where the caller's interrupt handler finds how to stop it.
+    OSError from starting the child (no such program or folder) propagates: the caller names it.
+    """
+    started = time.time()
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=group,
+    )
+    pgid = proc.pid  # with start_new_session the child leads its own group
+
+    def halt() -> None:
+        if stop is not None:
+            stop()
+        if group:
+            stop_group(pgid)
+        elif proc.poll() is None:
+            proc.terminate()
+
+    reader = threading.Thread(target=_pump, args=(proc.stdout, on_line), daemon=True)
+    reader.start()
+    key = running.add(halt) if running is not None else None
+    timed_out = False
+    try:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            halt()
+            _end(proc, WAIT_AFTER_STOP)
+    finally:
+        if key is not None:
+            running.discard(key)
+        if proc.poll() is None:  # interrupted, or an error while waiting
+            halt()
+            _end(proc, 10)
+        if group:  # also after a normal end: workers the child left behind go with it
+            _signal_group(pgid, signal.SIGKILL)
+        reader.join(timeout=10)
+    return Finished(proc.returncode, timed_out, time.monotonic() - t0, started)

@@ -1,0 +1,125 @@
+"""Typed values from user text: one parser per kind, each failing with one line (UsageError, exit 2).
+
+The faces (cli/flags.py) parse every flag once with these; core code that takes a value from a
+setting (an image reference from ROCMCI_IMAGE, say) uses the same rule, so a value is checked the
+same way wherever it comes from. No CLI library here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rocmci.errors import UsageError
+
+# An image reference as docker reads it: never an option (leading '-'), no whitespace, ';' or control
+# characters. Digests (@sha256:...) and registry ports (host:5000/name) are allowed.
+IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
+IMAGE_REF_HINT = "an image reference such as rocm/vllm-dev:base (letters, digits and . _ / : @ -)"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_INT = re.compile(r"[+-]?[0-9]{1,18}")
+
+
+def _shown(text: str) -> str:
+    r = repr(text)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def bounded_int(flag: str, text: str | int, low: int, high: int) -> int:
+    """A whole number in [low, high]: '2.9', '1e3', '0x10', '١٠' and 5,000 digits are refused."""
+    raw = str(text).strip()
+    if not _INT.fullmatch(raw):
+        raise UsageError(f"{flag} must be a whole number, got {_shown(str(text))}")
+    number = int(raw)
+    if not low <= number <= high:
+        raise UsageError(f"{flag} must be between {low} and {high}, got {number}")
+    return number
+
+
+def choice(flag: str, text: str, choices: Sequence[str]) -> str:
+    if text in choices:
+        return text
+    close = difflib.get_close_matches(text, choices, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else f"choose one of: {', '.join(choices)}"
+    raise UsageError(f"unknown {flag} {_shown(text)}", hint=hint)
+
+
+def image_ref(flag: str, text: str) -> str:
+    """An image reference that docker cannot read as an option or split: see IMAGE_REF."""
+    if not isinstance(text, str) or not IMAGE_REF.fullmatch(text):
+        why = "starts with '-'" if isinstance(text, str) and text.startswith("-") else "is not an image reference"
+        raise UsageError(f"{flag} {_shown(str(text))} {why}", hint=IMAGE_REF_HINT)
+    return text
+
+
+def gpu_indices(flag: str, text: str) -> tuple[int, ...]:
+    """'0,1' -> (0, 1): distinct GPU indices, checked before any probe or container runs."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isascii() and p.isdigit() and len(p) <= 4 for p in parts):
+        raise UsageError(f"{flag} {_shown(text)} must be GPU indices like 0,1")
+    indices = tuple(int(p) for p in parts)
+    if len(set(indices)) != len(indices):
+        raise UsageError(f"{flag} {_shown(text)} names a GPU twice")
+    return indices
+
+
+@dataclass(frozen=True)
+class EnvPairs:
+    """NAME=value pairs from repeated --env flags, in order; the later of two equal names wins."""
+
+    pairs: tuple[tuple[str, str], ...] = ()
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.pairs)
+
+
+def env_pairs(flag: str, items: Sequence[str]) -> EnvPairs:
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.fullmatch(name):
+            raise UsageError(f"{flag} {_shown(name)} must be NAME=value", hint="e.g. --env HF_HUB_OFFLINE=1")
+        out.append((name, value))
+    return EnvPairs(tuple(out))
+
+
+def env_names(flag: str, items: Sequence[str]) -> frozenset[str]:
+    for name in items:
+        if not _ENV_NAME.fullmatch(name):
+            raise UsageError(f"{flag} {_shown(name)} is not a variable name", hint="e.g. --public HF_HUB_OFFLINE")
+    return frozenset(items)
+
+
+def shell_words(flag: str, text: str) -> tuple[str, ...]:
+    """Extra arguments given as one quoted string, split like a shell would but never run by one."""
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise UsageError(f"{flag} {_shown(text)}: {exc}", hint="balance the quotes") from None
+
+
+def path_text(flag: str, text: str) -> str:
+    """A path as given: non-empty, no NUL, encodable for the OS. The file itself is checked when it is read."""
+    import os
+
+    if not text:
+        raise UsageError(f"{flag} needs a path")
+    try:
+        encoded = os.fsencode(text)
+    except UnicodeError:
+        raise UsageError(f"{flag} {_shown(text)} is not a valid path (not encodable)") from None
+    if b"\0" in encoded:
+        raise UsageError(f"{flag} {_shown(text)} is not a valid path (NUL byte)")
+    if len(encoded) > 4096:
+        raise UsageError(f"{flag} is not a valid path (longer than 4096 bytes)")
+    return text
+
+
+def git_ref(flag: str, text: str) -> str:
+    """A git revision that git cannot read as an option; passed before `--` where git allows."""
+    if text.startswith("-") or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/~^@{}-]{0,199}", text):
+        raise UsageError(f"{flag} {_shown(text)} is not a git ref", hint="e.g. origin/main or a commit")
+    return text
