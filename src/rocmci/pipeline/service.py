@@ -11,7 +11,6 @@ import gc
 import json
 import os
 import re
-import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,20 +87,7 @@ def changed_files(changed_file: str | None, diff_base: str | None, workspace: Pa
     if changed_file:
         return read_lines(Path(changed_file), what="--changed-files")
     if diff_base:
-        proc = subprocess.run(
-            # The ref is checked (no leading '-') and the paths end at `--`: git reads nothing as an option.
-            ["git", "diff", "--name-only", "--diff-filter=ACMDR", f"{diff_base}...HEAD", "--"],
-            cwd=workspace,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise UsageError(
-                f"git diff against {diff_base!r} failed: {last}", hint="fetch the ref, or use --changed-files"
-            )
-        return tuple(line for line in proc.stdout.splitlines() if line)
+        return boot.git_changed_files(diff_base, workspace)
     return None
 
 
