@@ -259,7 +259,7 @@ def lines(texts: Sequence[str], *, stream: IO[str] | None = None) -> str:
 
 
 def _path(finding: Any) -> str:
-    """The file a finding is in: `path`, or `file` as rocmci.pipeline.findings.Finding names it."""
+    """The file a finding is in: `path`, or `file` as rocmci.findings.Finding names it."""
     return str(getattr(finding, "path", None) or getattr(finding, "file", ""))
 
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 
 from rocmci import yamldoc
+from rocmci.findings import ERROR, Finding
 from rocmci.pipeline import bootstrap, generate, keepgoing, scalars, source
 from rocmci.pipeline.bootstrap import Request, TemplateInputs
-from rocmci.pipeline.findings import ERROR, Finding
 from rocmci.pipeline.generate import Options
 
 STEPS = """\

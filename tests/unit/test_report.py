@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from rocmci import doctor as doc
 from rocmci import report
-from rocmci.pipeline.findings import Finding
+from rocmci.findings import Finding
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -7,34 +7,17 @@ Docker: the file, the requested lists and where they came from are all it needs.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from rocmci import arch as archmod
+from rocmci.findings import ERROR, Finding
 from rocmci.image import vllm_dockerfile as vd
 
-ERROR = "error"
 _GPU_TARGETS = re.compile(r"-DGPU_TARGETS=(\"[^\"]*\"|'[^']*'|\S+)")
 _ARCH_ASSIGN = re.compile(r"(?:\bexport\s+)?\bPYTORCH_ROCM_ARCH=(\"[^\"]*\"|'[^']*'|[^\s;&|]*)")
 _USES_ARCH_ARG = re.compile(r"\$\{?" + vd.ARCH_ARG + r"\b")
 _FLAGS_ASSIGN = re.compile(r"\b(\w*FLAGS\w*)=(\"[^\"]*\"|'[^']*'|\S+)")
 _OFFLOAD = re.compile(r"--offload-arch[= ]([^\s\"']+)")
-
-
-@dataclass(frozen=True, order=True)
-class Finding:
-    file: str
-    line: int
-    col: int
-    rule: str
-    severity: str
-    message: str
-    fix: str
-
-    def text(self) -> str:
-        return f"{self.file}:{self.line}:{self.col}: {self.severity} [{self.rule}] {self.message}"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -49,7 +32,7 @@ class ArchRequest:
 
 
 def _f(df: vd.VllmDockerfile, line: int, col: int, rule: str, message: str, fix: str) -> Finding:
-    return Finding(df.display, line, col, rule, ERROR, message, fix)
+    return Finding(df.display, line, col, rule, ERROR, message, fix=fix)
 
 
 def _unquote(value: str) -> str:
@@ -181,7 +164,7 @@ def vllm_superset(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
         f"{', '.join(missing)} that DeepEP is built for: vLLM's own kernels would be missing there",
         f"add {', '.join(missing)} to vLLM's list (--vllm-arch, or PYTORCH_ROCM_ARCH in {vd.BAKE_FILE})",
     )
-    return [Finding(file, finding.line, 1, finding.rule, ERROR, finding.message, finding.fix)]
+    return [Finding(file, finding.line, 1, finding.rule, ERROR, finding.message, fix=finding.fix)]
 
 
 def offload_arch(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:

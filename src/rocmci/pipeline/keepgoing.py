@@ -14,7 +14,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from rocmci.pipeline.findings import ERROR, Finding
+from rocmci.findings import ERROR, Finding
 from rocmci.pipeline.generate import IMAGE_STEP_KEY, Generated, slug
 from rocmci.pipeline.source import SourceFile, SourceStep
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rocmci.pipeline.findings import Finding
+from rocmci.findings import Finding
 from rocmci.yamldoc import Path_
 
 STEP_KINDS = ("block", "input", "wait", "waiter", "trigger", "group")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocmci import arch as archmod
-from rocmci.pipeline.findings import ERROR, WARNING, Finding
+from rocmci.findings import ERROR, WARNING, Finding
 from rocmci.pipeline.inventory import Inventory, Pool
 from rocmci.pipeline.model import Pipeline, StepRef
 from rocmci.secrets import is_secret

@@ -9,7 +9,7 @@ from typing import Any
 
 from rocmci import yamldoc
 from rocmci.errors import InputError
-from rocmci.pipeline.findings import ERROR, WARNING, Finding
+from rocmci.findings import ERROR, WARNING, Finding
 
 # The step format as vLLM's AMD generator reads it: key -> (expected type name, checker).
 _STR = ("a string", lambda v: isinstance(v, str))

@@ -8,8 +8,8 @@ from typing import Any
 
 from rocmci import yamldoc
 from rocmci.errors import InputError
+from rocmci.findings import ERROR, Finding
 from rocmci.pipeline import rules, schema
-from rocmci.pipeline.findings import ERROR, Finding
 from rocmci.pipeline.generate import ORIGIN_ENV, Generated
 from rocmci.pipeline.model import Pipeline, walk_steps, written_commands
 from rocmci.pipeline.source import SourceFile, SourceStep

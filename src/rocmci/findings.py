@@ -21,6 +21,7 @@ class Finding:
     severity: str
     message: str
     origin: str | None = None  # for a generated step: the source step's file:line
+    fix: str | None = None  # what to change, where a rule knows it
 
     @classmethod
     def at(cls, doc: Document, path: Path_, rule: str, severity: str, message: str, origin: str | None = None):
