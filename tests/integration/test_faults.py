@@ -1,7 +1,14 @@
-"""Faults on the real engine: the engine dies mid-build, a workload is SIGKILLed or runs out of memory.
+"""Faults on the real engine, each checked against README's three promises:
 
-Stopping an engine must not disturb the other tests, so the mid-build fault uses a second dockerd of
-its own (own socket, data and exec roots), started and stopped here.
+1. the documented exit code, and one clear line: rocmci's own error is exactly one `rocmci:` line, the last
+   on stderr, with no traceback; a workload fault is one result naming what happened;
+2. nothing left behind: no container with rocmci's label and no process of the run (every process the run
+   started carries a marker variable in its environment; /proc is searched for it);
+3. output files old or new: files that exist before the fault are afterwards byte-identical or a complete new
+   version, and no temporary file is left beside them.
+
+Stopping an engine must not disturb the other tests, so the mid-build fault uses a second dockerd of its own
+(own socket, data and exec roots), started and stopped here.
 """
 
 from __future__ import annotations
@@ -19,10 +26,158 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BUSYBOX_IMAGE, DOCKER_REQUIRED, REPO, run_invoke
-from tests.integration.helpers import leftovers, moe, results_of, run_env
+from tests.conftest import BUSYBOX_IMAGE, DOCKER_REQUIRED, PYTHON_IMAGE, REPO
+from tests.integration.helpers import moe, run_env
 
-IMAGE_DATA = REPO / "tests" / "data" / "image"
+VLLM_STANDIN = REPO / "tests" / "data" / "vllm-standin"  # a small vLLM checkout; csrc/SLOW makes a step take 2 min
+MARK = "FAULT_TEST_MARK"  # not ROCMCI_*: rocmci ignores it, every child process inherits it
+_started: list[subprocess.Popen] = []
+OLD = {"results.json": b'{"old": "results from an earlier run"}\n', "annotation.md": b"### old annotation\n"}
+
+
+# --- the promises ---------------------------------------------------------------------------------------
+
+
+def one_rocmci_line(stderr: str, notes: bool = False) -> str:
+    """Promise 1 for rocmci's own errors: one `rocmci:` line, the last, no traceback. Where a workload ran,
+    rocmci's notes before it (e.g. which workaround it applied) may also start with `rocmci:`."""
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    ours = [line for line in lines if line.startswith("rocmci:")]
+    assert ours and lines[-1] == ours[-1], stderr
+    assert len(ours) == 1 or notes, stderr
+    assert ours.count(ours[-1]) == 1, stderr
+    return ours[-1]
+
+
+def no_traceback(stderr: str) -> None:
+    assert "Traceback" not in stderr, stderr
+
+
+def processes_with(mark: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone meanwhile, or a kernel thread
+        if f"{MARK}={mark}".encode() in environ.split(b"\0"):
+            found.append(f"{proc.name}: {cmdline}")
+    return found
+
+
+def containers_of(engine, mark: str, workload: str | None = None) -> list[str]:
+    """The containers of this run: rocmci's label, and the marker given to the workload with --env (other test
+    sessions may share the engine, with stand-in images of the same content)."""
+    found = []
+    for cid in engine.cli("ps", "-a", "-q", "--filter", "label=rocmci.managed=1", check=False).stdout.split():
+        done = engine.cli(
+            "inspect", "--format", '{{json .Config.Env}} {{index .Config.Labels "rocmci.workload"}}', cid, check=False
+        )
+        if done.returncode != 0:
+            continue  # removed meanwhile
+        env, _, kind = done.stdout.strip().rpartition(" ")
+        if f"{MARK}={mark}" in json.loads(env) and (workload is None or kind == workload):
+            found.append(cid)
+    return found
+
+
+def no_leftovers(engine, mark: str) -> None:
+    """Promise 2: no container and no process of the run (they get a few seconds to exit)."""
+    deadline = time.monotonic() + 10
+    while (procs := processes_with(mark)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert procs == [], f"processes of the run are still alive: {procs}"
+    if engine is not None:
+        assert containers_of(engine, mark) == []
+
+
+def write_old(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in OLD.items():
+        (folder / name).write_bytes(data)
+
+
+def old_or_new(folder: Path) -> str:
+    """Promise 3 for a run's report files; returns "old" or "new" (both files agree)."""
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".") and p.name.endswith(".tmp")]
+    data = {name: (folder / name).read_bytes() for name in OLD}
+    if data == OLD:
+        return "old"
+    assert OLD["results.json"] != data["results.json"] and OLD["annotation.md"] != data["annotation.md"], (
+        f"one report file is old and the other new: {data}"
+    )
+    results = json.loads(data["results.json"])["results"]  # complete: it parses
+    assert results and all({"workload", "outcome"} <= set(r) for r in results)
+    annotation = data["annotation.md"].decode()
+    assert annotation.startswith("### rocmci workloads\n") and annotation.endswith("\n")
+    assert all(f"| {r['workload']} |" in annotation for r in results), annotation  # and of the same run
+    return "new"
+
+
+# --- running rocmci as a user would ----------------------------------------------------------------------
+
+
+def user_env(**extra: str) -> tuple[dict[str, str], str]:
+    mark = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCI_")}
+    env.update(extra, **{MARK: mark})
+    return env, mark
+
+
+def start(*args: str, env: dict[str, str]) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), *args],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    _started.append(proc)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def _stop_what_a_failed_test_left_running():
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # rocmci removes its container on Ctrl-C
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+
+
+def marked(mark: str, *args: str) -> tuple[str, ...]:
+    """A run.* task's arguments, with the marker passed into the workload's container too."""
+    return (*args, "--env", f"{MARK}={mark}")
+
+
+def run(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    proc = start(*args, env=env)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def wait_for_container(engine, mark: str, timeout: float = 60) -> str:
+    """The workload's container, once it runs (not a short probe rocmci may start before it)."""
+    deadline = time.monotonic() + timeout
+    while not (found := containers_of(engine, mark, "moe-tests")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(found) == 1, f"expected the one workload container, found {found}"
+    time.sleep(1)  # let pytest start inside it
+    return found[0]
+
+
+def single_result(stdout: str) -> dict:
+    (result,) = json.loads(stdout)["results"]
+    return result
+
+
+# --- a second engine, for killing it mid-build -------------------------------------------------------------
 
 
 class SecondEngine:
@@ -82,8 +237,9 @@ def second_engine(engine, busybox_image):
     root = Path(tempfile.mkdtemp(prefix="rocmci-eng-", dir="/tmp"))  # short path: unix socket limit
     second = SecondEngine(root)
     second.start()
-    saved = subprocess.run(["/usr/bin/docker", "save", BUSYBOX_IMAGE], capture_output=True, check=True).stdout
-    second.cli("load", input=saved.decode("latin-1"), encoding="latin-1")
+    for image in (BUSYBOX_IMAGE, PYTHON_IMAGE):
+        saved = subprocess.run(["/usr/bin/docker", "save", image], capture_output=True, check=True).stdout
+        assert second.cli("load", input=saved.decode("latin-1"), encoding="latin-1").returncode == 0
     try:
         yield second
     finally:
@@ -92,66 +248,147 @@ def second_engine(engine, busybox_image):
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_engine_stopped_during_a_build(second_engine, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCI_")}
-    env.update(
-        DOCKER_HOST=second_engine.host, ROCMCI_DOCKERFILE=str(IMAGE_DATA / "Dockerfile.slow"),
-        ROCMCI_IMAGE_REPO=f"rocmci-test/fault-{uuid.uuid4().hex[:6]}", ROCMCI_BUILD_NETWORK="none",
-        ROCMCI_DOCKER="/usr/bin/docker", CI="true",
+# --- the faults --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def vllm_tree(tmp_path) -> Path:
+    tree = tmp_path / "vllm"
+    shutil.copytree(VLLM_STANDIN, tree)
+    return tree
+
+
+def test_engine_stopped_during_a_build(second_engine, vllm_tree):
+    (vllm_tree / "csrc" / "SLOW").write_text("")
+    env, mark = user_env(
+        DOCKER_HOST=second_engine.host, ROCMCI_VLLM_SRC=str(vllm_tree), ROCMCI_BASE_IMAGE=PYTHON_IMAGE,
+        ROCMCI_IMAGE_REPO=f"rocmci-test/fault-{uuid.uuid4().hex[:6]}", ROCMCI_BUILD_NETWORK="none", CI="true",
     )  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "image.build"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    dry = run("image.build", "--dry-run", env=env)
+    assert dry.returncode == 0, dry.stderr
+    tag = dry.stdout.split("--tag ")[-1].split()[0]  # the last tier (test): the one whose build is cut
+    # The output of a build is its tag: an image already under it must still be there afterwards (old) or be
+    # the finished new image, never a half-built one.
+    assert second_engine.cli("tag", BUSYBOX_IMAGE, tag).returncode == 0
+    old_id = second_engine.cli("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip()
+
+    proc = start("image.build", env=env)
     seen = []
     assert proc.stderr is not None
     for line in proc.stderr:
         seen.append(line)
-        if "fixture: slow step" in line and "RUN" not in line:
+        if "standin: slow step" in line and "RUN" not in line:
             break
     second_engine.stop(signal.SIGKILL)
-    rest_out, rest_err = proc.communicate(timeout=120)
-    last = rest_err.strip().splitlines()[-1]
+    _, rest_err = proc.communicate(timeout=120)
     assert proc.returncode == 3, "".join(seen[-5:]) + rest_err
-    assert last.startswith("rocmci: the Docker engine stopped while building")
-    assert "Traceback" not in rest_err
+    assert one_rocmci_line(rest_err).startswith("rocmci: the Docker engine stopped while building")
+    no_leftovers(None, mark)
     second_engine.start()  # back up: nothing of the failed build is left behind
     assert second_engine.cli("ps", "-a", "-q").stdout.split() == []
-    assert env["ROCMCI_IMAGE_REPO"] not in second_engine.cli("images").stdout
+    assert second_engine.cli("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip() == old_id
+
+
+def test_engine_not_running(engine, fake_host, vllm_tree, tmp_path):
+    write_old(tmp_path / "results")
+    env, mark = user_env(
+        **run_env("rocmci-test/none:latest", tmp_path), DOCKER_HOST=f"unix://{tmp_path}/no.sock",
+        ROCMCI_VLLM_SRC=str(vllm_tree),
+    )  # fmt: skip
+    for args in (("image.build",), marked(mark, *moe(fake_host, "--mode", "high-throughput"))):
+        done = run(*args, env=env)
+        assert done.returncode == 3, done.stderr
+        assert one_rocmci_line(done.stderr).startswith("rocmci: the Docker engine is not running")
+        no_leftovers(engine, mark)  # its engine is unreachable: no container can have been made
+        assert old_or_new(tmp_path / "results") == "old"
 
 
 def test_workload_killed_by_sigkill(engine, standin_image, fake_host, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCI_")}
-    env.update(run_env(standin_image, tmp_path))
-    argv = [
-        sys.executable,
-        "-m",
-        "invoke",
-        "--search-root",
-        str(REPO),
-        *moe(fake_host, "--mode", "high-throughput", mode="sleep"),
-    ]
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not leftovers(engine) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    (container,) = leftovers(engine)
-    engine.cli("kill", "--signal", "KILL", container)
+    write_old(tmp_path / "results")
+    env, mark = user_env(**run_env(standin_image, tmp_path))
+    proc = start(*marked(mark, *moe(fake_host, "--mode", "high-throughput", mode="sleep")), env=env)
+    engine.cli("kill", "--signal", "KILL", wait_for_container(engine, mark))
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 12, err
-    ht = json.loads(out)["results"][0]
-    assert ht["outcome"] == "crashed" and "died by SIGKILL (exit 137)" in ht["detail"]
-    assert leftovers(engine) == []
+    no_traceback(err)
+    result = single_result(out)
+    assert result["outcome"] == "crashed" and "died by SIGKILL (exit 137)" in result["detail"]
+    no_leftovers(engine, mark)
+    assert old_or_new(tmp_path / "results") == "new"
 
 
 def test_workload_out_of_memory(engine, standin_image, fake_host, tmp_path):
-    env = run_env(standin_image, tmp_path, ROCMCI_RUN_MEMORY="64m")
-    done = run_invoke(*moe(fake_host, "--mode", "high-throughput", mode="oom"), env=env)
+    write_old(tmp_path / "results")
+    env, mark = user_env(**run_env(standin_image, tmp_path, ROCMCI_RUN_MEMORY="64m"))
+    done = run(*marked(mark, *moe(fake_host, "--mode", "high-throughput", mode="oom")), env=env)
     assert done.returncode == 12, done.stdout + done.stderr
-    ht = results_of(done)["moe-tests high-throughput"]
-    assert ht["outcome"] == "crashed" and "OOM killer" in ht["detail"]
-    assert leftovers(engine) == []
+    no_traceback(done.stderr)
+    result = single_result(done.stdout)
+    assert result["outcome"] == "crashed" and "OOM killer" in result["detail"]
+    no_leftovers(engine, mark)
+    assert old_or_new(tmp_path / "results") == "new"
+
+
+def test_workload_timeout(engine, standin_image, fake_host, tmp_path):
+    write_old(tmp_path / "results")
+    env, mark = user_env(**run_env(standin_image, tmp_path))
+    done = run(*marked(mark, *moe(fake_host, "--mode", "high-throughput", "--timeout", "5", mode="sleep")), env=env)
+    assert done.returncode == 13, done.stdout + done.stderr
+    no_traceback(done.stderr)
+    assert single_result(done.stdout)["outcome"] == "timed out"
+    no_leftovers(engine, mark)
+    assert old_or_new(tmp_path / "results") == "new"
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "line"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM")]
+)
+def test_signal_to_rocmci_mid_run(engine, standin_image, fake_host, tmp_path, sig, code, line):
+    write_old(tmp_path / "results")
+    env, mark = user_env(**run_env(standin_image, tmp_path))
+    proc = start(*marked(mark, *moe(fake_host, "--mode", "high-throughput", mode="sleep")), env=env)
+    wait_for_container(engine, mark)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert one_rocmci_line(err, notes=True).startswith(f"rocmci: {line}")
+    no_leftovers(engine, mark)
+    assert old_or_new(tmp_path / "results") == "old"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 kB tmpfs: full long before a large pipeline is written."""
+    point = tmp_path / "small"
+    point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(point)], capture_output=True)
+    if done.returncode != 0:
+        if DOCKER_REQUIRED:
+            pytest.fail(f"cannot mount a tmpfs (needs root): {done.stderr.decode().strip()}", pytrace=False)
+        pytest.skip("cannot mount a tmpfs (needs root)")
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+def test_disk_full_while_writing_the_pipeline(small_disk, tmp_path):
+    steps = tmp_path / "steps.yaml"
+    steps.write_text(
+        "steps:\n"
+        + "".join(
+            f"- label: step {i} {'x' * 200}\n  mirror_hardwares: [amdproduction]\n  agent_pool: mi300_1\n"
+            f"  commands: [pytest -v -s tests/test_{i}.py {'y' * 300}]\n"
+            for i in range(300)
+        )
+    )
+    out = small_disk / "pipeline.yaml"
+    old = b"# the pipeline of an earlier run\nsteps: []\n"
+    out.write_bytes(old)
+    env, mark = user_env()
+    done = run("pipeline.generate", "--source", str(steps), "--out", str(out), env=env)
+    assert done.returncode == 2, done.stdout[-500:] + done.stderr
+    assert "No space left on device" in one_rocmci_line(done.stderr)
+    no_leftovers(None, mark)
+    assert out.read_bytes() == old
+    assert sorted(p.name for p in small_disk.iterdir()) == ["pipeline.yaml"]  # no temporary file left
