@@ -181,7 +181,8 @@ class Engine:
 
     def containers(self, label: str) -> list[str]:
         """Short ids of every container (running or not) with this label (`key=value` or `key`)."""
-        found = self._call(lambda: self.sdk.containers.list(all=True, filters={"label": label}))
+        # sparse: ids from the list call only; a container removed meanwhile cannot fail a later inspect.
+        found = self._call(lambda: self.sdk.containers.list(all=True, filters={"label": label}, sparse=True))
         return [c.short_id for c in found]
 
     def _container_attrs(self, name: str) -> dict | None:

@@ -48,6 +48,9 @@ _SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a password in a URL", re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@$]+:[^/\s@$]{3,}@", re.I)),
 )
 _TOKEN = re.compile(r"[A-Za-z0-9+/_=-]{32,}")
+# In free text `NAME=value` must split at the `=` (only base64 padding may end a token), or a variable
+# name glued to a commit hash would look random.
+_TEXT_TOKEN = re.compile(r"[A-Za-z0-9+/_-]{32,}={0,2}")
 MIN_ENTROPY = 4.0  # bits per character; English words and paths sit well below, random base62 near 5.7
 
 
@@ -96,7 +99,7 @@ def secret_kind(value: str, *, whole: bool = True) -> str | None:
 def _mask_shapes(text: str) -> str:
     for _, shape in _SHAPES:
         text = shape.sub("***", text)
-    return _TOKEN.sub(lambda m: "***" if _random_looking(m.group()) else m.group(), text)
+    return _TEXT_TOKEN.sub(lambda m: "***" if _random_looking(m.group()) else m.group(), text)
 
 
 class Redactor:

@@ -165,3 +165,11 @@ def test_the_rule_still_finds_secrets_by_name():
     found = _findings("    GH_PAT: plain\n    NPM_AUTH: x\n    HF_TOKEN: $HF_TOKEN\n")
     assert [f.split(" error ")[0] for f in found] == ["p.yaml:8:5:", "p.yaml:9:5:"], found
     assert "GH_PAT is written into the pipeline in plain text" in found[0]
+
+
+def test_a_variable_name_glued_to_a_commit_hash_is_not_masked_but_a_token_is():
+    from rocmci.secrets import Redactor
+
+    commit = "BUILDKITE_COMMIT=13726c80fe5758443b4e1508611ccf504a06085c"
+    assert Redactor({})(commit) == commit
+    assert Redactor({})("TOKEN=aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5bC7d") == "TOKEN=***"
