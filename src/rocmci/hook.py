@@ -15,10 +15,22 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from rocmci import __version__
 from rocmci.errors import RocmciError
 
 PROG = "rocmci-validate"
+
+
+class _Version(argparse.Action):
+    """--version, with the version looked up only when asked for (it costs start-up time otherwise)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help="show the version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import rocmci
+
+        print(f"{PROG} {rocmci.__version__}")
+        parser.exit()
 
 
 @dataclass(frozen=True)
@@ -40,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", help="archs the image's DeepEP is built for (default: the 'arch' setting)")
     p.add_argument("--mirror-hw", help="mirror_hardwares value to generate for (default: the 'mirror_hw' setting)")
     p.add_argument("--json", action="store_true", help="print one JSON document for all files")
-    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    p.add_argument("--version", action=_Version)
     return p
 
 
