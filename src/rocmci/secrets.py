@@ -17,6 +17,7 @@ API for callers (runs, dry runs, logs):
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -47,6 +48,8 @@ _SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("an API key", re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{32,}")),
     ("a password in a URL", re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@$]+:[^/\s@$]{3,}@", re.I)),
 )
+# All shapes in one pattern: most values match none, and one search answers that for them.
+_ANY_SHAPE = re.compile("|".join(f"(?{'i' if s.flags & re.I else ''}:{s.pattern})" for _, s in _SHAPES))
 _TOKEN = re.compile(r"[A-Za-z0-9+/_=-]{32,}")
 # In free text `NAME=value` must split at the `=` (only base64 padding may end a token), or a variable
 # name glued to a commit hash would look random.
@@ -54,6 +57,7 @@ _TEXT_TOKEN = re.compile(r"[A-Za-z0-9+/_-]{32,}={0,2}")
 MIN_ENTROPY = 4.0  # bits per character; English words and paths sit well below, random base62 near 5.7
 
 
+@functools.lru_cache(maxsize=4096)  # the same few names recur in every step
 def is_secret(name: str) -> bool:
     """The variable's name says it holds a secret."""
     return bool(SECRET_NAME.search(name))
@@ -81,15 +85,17 @@ def _random_looking(token: str) -> bool:
     return entropy(token) >= MIN_ENTROPY
 
 
+@functools.lru_cache(maxsize=4096)  # a pipeline repeats the same env values in hundreds of steps
 def secret_kind(value: str, *, whole: bool = True) -> str | None:
     """What `value` looks like if it looks like a credential, else None.
 
     `whole` also tests the value as one random-looking token (an env value); a long command line is
     tested only for the credential shapes, since it is full of long ordinary words.
     """
-    for kind, shape in _SHAPES:
-        if shape.search(value):
-            return kind
+    if _ANY_SHAPE.search(value):
+        for kind, shape in _SHAPES:
+            if shape.search(value):
+                return kind
     stripped = value.strip()
     if whole and _TOKEN.fullmatch(stripped) and _random_looking(stripped):
         return "a long random-looking string"
