@@ -487,7 +487,7 @@ NO_CHECKOUT = "pass --vllm-src PATH (a vLLM checkout), set ROCMCI_VLLM_SRC, or r
 
 def _vllm_checkout(given: Resolved, workspace: Path) -> Resolved:
     """The vLLM checkout: as given (checked), else the current folder when it is one, else '' (unset)."""
-    from rocmci.image.vllm_dockerfile import DOCKERFILE, is_checkout
+    from rocmci.checkout import DOCKERFILE, is_checkout
 
     if given.value:
         shown = f"vllm_src {_short(given.value)} ({given.source})"
@@ -521,7 +521,7 @@ _STAT_PROBLEMS = {
 
 def _not_a_dockerfile(path: Path) -> str | None:
     """Why `path` cannot be the checkout's Dockerfile (None when it is a regular file); never raises."""
-    from rocmci.image.vllm_dockerfile import DOCKERFILE
+    from rocmci.checkout import DOCKERFILE
 
     try:
         mode = os.stat(path).st_mode

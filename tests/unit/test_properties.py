@@ -251,6 +251,14 @@ def test_generate_after_load_depends_on_the_steps_not_on_how_the_file_is_written
             "flow": write_yaml12({"steps": steps}, flow=True),
             "json": json.dumps({"steps": steps}, ensure_ascii=False),
         }
+        # rocmci parses with libyaml, as ci-infra's minijinja-cli does (serde_yaml over a libyaml port).
+        # ruamel's YAML 1.2 flow writer may leave plain scalars such as `[:;]` that libyaml refuses: that
+        # text is not a writing of these steps for either tool, so it is counted and left out.
+        try:
+            yaml.load(writings["flow"], Loader=yaml.CSafeLoader)
+        except yaml.YAMLError:
+            del writings["flow"]
+            counts["flow writing only YAML 1.2 reads"] += 1
         outcomes = {}
         for style, text in writings.items():
             try:
@@ -259,11 +267,11 @@ def test_generate_after_load_depends_on_the_steps_not_on_how_the_file_is_written
             except InputError as exc:
                 outcomes[style] = ("unreadable", exc.message.split(": ")[-1])
         block = outcomes["block"]
-        assert outcomes["flow"][0] == block[0] and outcomes["json"][0] == block[0]
+        assert all(outcome[0] == block[0] for outcome in outcomes.values()), {k: v[0] for k, v in outcomes.items()}
         if block[0] == "unreadable":
             counts["unreadable"] += 1
             return
-        assert outcomes["flow"][1] == block[1] == outcomes["json"][1]
+        assert all(outcome[1] == block[1] for outcome in outcomes.values())
         again = generate.generate(src, OPTIONS).pipeline
         assert again == generated.pipeline  # generating does not change the loaded source
         counts["same pipeline from three writings"] += 1

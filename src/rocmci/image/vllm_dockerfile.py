@@ -14,13 +14,11 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rocmci.checkout import DOCKERFILE
 from rocmci.errors import InputError, UsageError
 from rocmci.files import read_text
 
-DOCKERFILE = Path("docker/Dockerfile.rocm")
 BAKE_FILE = Path("docker/docker-bake-rocm.hcl")
-# vLLM's CI runs its scripts from the checkout root, which holds both of these.
-CHECKOUT_MARKERS = (DOCKERFILE, Path("setup.py"))
 MAX_FILE_BYTES = 4 * 2**20  # vLLM's Dockerfile.rocm and bake file are tens of KiB
 
 # The stages rocmci relies on, by the names vLLM gives them.
@@ -250,10 +248,6 @@ def _read(path: Path) -> str:
     except InputError as exc:
         why = exc.message.removeprefix(f"{exc.where}: ")
         raise InputError(f"cannot read: {why}", where=exc.where, hint=exc.hint) from None
-
-
-def is_checkout(folder: Path) -> bool:
-    return all((folder / marker).is_file() for marker in CHECKOUT_MARKERS)
 
 
 # --- what DeepEP's build is given -----------------------------------------------------------------
