@@ -143,6 +143,33 @@ def test_pipeline_validate_finding(term):
     assert_fits(term, screen, joined, _finding_words(findings))
 
 
+def test_pipeline_plan(term):
+    screen, joined = term.run(*invoke_argv("pipeline.plan"))
+    data = _json("pipeline.plan")
+    words = [w for line in data["bootstrap"] for w in line.split()]
+    words += [w for step in data["steps"] for field in ("label", "reason") for w in str(step.get(field, "")).split()]
+    assert_fits(term, screen, joined, words)
+    assert ANSI.search(screen)
+
+
+JUNIT_TWO_PASSED = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0"
+failures="0" skipped="0" tests="2"><testcase classname="kernels.moe.test_deepep_moe" name="test_deep_ep_moe[a]"
+time="1.0"/><testcase classname="kernels.moe.test_deepep_moe" name="test_deep_ep_moe[b]" time="1.0"/>
+</testsuite></testsuites>"""
+
+
+def test_run_summary(term, tmp_path: Path):
+    """The run summary table, here of a teardown crash, whose detail is the longest cell a run prints."""
+    junit = tmp_path / "junit.xml"
+    junit.write_text(JUNIT_TWO_PASSED)
+    args = ("run.outcome", "--junit", str(junit), "--exit-code", "139")
+    screen, joined = term.run(*invoke_argv(*args))
+    results = _json(*args)["results"]
+    words = [w for r in results for field in ("workload", "outcome", "detail") for w in str(r[field]).split()]
+    assert_fits(term, screen, joined, words)
+    assert ANSI.search(screen)
+
+
 @pytest.mark.parametrize("env", [{"NO_COLOR": "1"}, {"TERM": "dumb"}, {"CI": "true"}])
 def test_no_colour_when_asked_or_in_ci(env):
     t = Tmux(80)

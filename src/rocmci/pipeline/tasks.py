@@ -79,7 +79,7 @@ def validate(v) -> int:
 
 
 def plan(v) -> int:
-    from rocmci.report import table, to_json
+    from rocmci.report import lines, table, to_json
 
     s = resolve(flags=dict(mirror_hw=v.mirror_hw, branch=v.branch))
     i = service.inputs(s, v.source)
@@ -88,7 +88,7 @@ def plan(v) -> int:
     if v.json:
         print(to_json(explained))
         return 0
-    print("\n".join(explained["bootstrap"]))
+    print(lines(explained["bootstrap"]))
     if decision.skip:
         return 0
     order = {"run": 0, "block": 1, "skip": 2}
