@@ -160,3 +160,13 @@ def test_registry_file_loads():
     ids = [w.id for w in registry()]
     assert ids == ["rocprofiler-register-teardown"]  # vLLM #55099 removed the os._exit in-test workaround
     assert Path(REPO / "workarounds.yaml").is_file()
+
+
+def test_pytest_colours_only_when_streamed_to_a_colour_terminal():
+    from rocmci.runs import workloads as wl
+
+    plain = wl.moe_tests(modes=("low-latency",), registry=())[0].argv
+    coloured = wl.moe_tests(modes=("low-latency",), registry=(), color=True)[0].argv
+    assert "--color=yes" not in plain
+    assert coloured[: coloured.index("--color=yes")] == plain[: coloured.index("--color=yes")]
+    assert [a for a in coloured if a != "--color=yes"] == list(plain)

@@ -138,6 +138,7 @@ def dp_example(v) -> int:
 
 
 def moe_tests(v) -> int:
+    from rocmci.report import terminal_mode
     from rocmci.runs import workloads as wl
 
     s, opts, engine, registry = _setup(v)
@@ -145,7 +146,7 @@ def moe_tests(v) -> int:
     results_path = str(opts.results_dir.resolve()) if opts.no_container else wl.RESULTS_MOUNT
     workloads = wl.moe_tests(
         modes=wl.expand_modes(v.mode), registry=registry, keyword=v.k, extra=v.extra, shards=v.shards,
-        results_path=results_path, obsolete=obsolete,
+        results_path=results_path, obsolete=obsolete, color=terminal_mode(sys.stdout).colour and not v.json,
     )  # fmt: skip
     return _run(workloads, opts, registry, v.json, engine, notes)
 

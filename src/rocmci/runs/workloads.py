@@ -100,10 +100,12 @@ def moe_tests(
     shards: int = 1,
     results_path: str = RESULTS_MOUNT,
     obsolete: frozenset[str] = frozenset(),
+    color: bool = False,
 ) -> list[Workload]:
     """One pytest run per mode and shard, so a workaround scoped to one mode never leaks into the other.
 
-    Workarounds named in `obsolete` (their removal condition is met) are left out.
+    Workarounds named in `obsolete` (their removal condition is met) are left out. `color`: the output is
+    streamed to a colour terminal, so pytest colours it although its own stdout is a pipe.
     """
     out = []
     for mode in modes:
@@ -125,6 +127,7 @@ def moe_tests(
                 "-k",
                 expression,
                 *sharding,
+                *(("--color=yes",) if color else ()),
                 f"--junitxml={results_path}/{junit}",
                 *extra,
             )
