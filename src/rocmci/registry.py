@@ -1,0 +1,220 @@
+"""The settings registry: every setting rocmci has, its help, its default, and the rule its values obey.
+
+Kept apart from settings.py, which resolves them (default < pyproject < ROCMCI_* < flag), so the table
+reads as one page. Each rule is checked for every origin by settings.convert().
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rocmci import values
+
+ENV_PREFIX = "ROCMCI_"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    help: str
+    kind: type = str
+    default: Any = None
+    # The default lives in the vLLM checkout (`vllm_src`), never here: "ARG:NAME" of docker/Dockerfile.rocm,
+    # "bake:NAME" of docker/docker-bake-rocm.hcl, or "deepep-flags" (build_deepep's setup.py call).
+    from_vllm: str | None = None
+    # Checked for every layer (pyproject, env, flag) by convert(), so a value is validated by one rule
+    # wherever it comes from. Bounds for int settings; a full-match pattern or a list of choices for text.
+    min: int | None = None
+    max: int | None = None
+    pattern: str | None = None
+    pattern_hint: str | None = None
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def env_var(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+# Value rules shared by several rows. Each is a full match; none lets a value start with '-' (so a
+# positional value can never be read as an option) or hold whitespace, ';' or a control character.
+_IMAGE_REF = values.IMAGE_REF.pattern  # registry/name:tag@digest: the same rule as the image flags
+_IMAGE_HINT = values.IMAGE_REF_HINT
+# The pipeline's tag is written into the pipeline for the agent to expand: $VAR and ${VAR} are allowed.
+_PIPELINE_IMAGE_REF = r"[A-Za-z0-9$][A-Za-z0-9._/:@${}-]{0,254}"
+_GIT_REPO = r"[A-Za-z0-9/.~][A-Za-z0-9._:/@+~%=-]{0,254}"  # URL, scp-like user@host:path, or a path
+_GIT_REPO_HINT = "a git URL or path (it must not start with '-': git would read it as an option)"
+_GIT_REF = r"[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}"
+_GIT_REF_HINT = "a commit, tag or branch name (letters, digits and . _ / + -, not starting with '-')"
+_SETUP_FLAG = r"(?:-{1,2}[A-Za-z0-9][A-Za-z0-9_.=+-]{0,99}|[A-Za-z0-9][A-Za-z0-9_.+-]{0,99})"  # one word
+_SIZE = r"[0-9]{1,12}[bkmgBKMG]?"  # docker's --shm-size / --memory form
+# Values of mirror_hardwares in vLLM's step files and ci-infra's bootstrap-amd.sh (amdtentative is the
+# fastcheck pipeline's). An unknown value keeps no step: the pipeline would silently be the image steps only.
+MIRROR_HW = (
+    "amdproduction",
+    "amdexperimental",
+    "amdtentative",
+    "amdmi250",
+    "amdmi300",
+    "amdmi325",
+    "amdmi355",
+    "amdgfx90anightly",
+    "amdgfx942nightly",
+    "amdgfx950nightly",
+    "amdgfx955nightly",
+)
+MAX_RUN_SECONDS = 7 * 24 * 3600  # far beyond vLLM's longest job (its template caps steps at 180 minutes)
+
+REGISTRY: tuple[Setting, ...] = (
+    Setting(
+        "vllm_src",
+        "vLLM checkout whose docker/Dockerfile.rocm is the image (default: the current folder when it is one); "
+        "also evidence for workarounds",
+        default="",
+    ),
+    Setting("arch", "GPU archs for rocSHMEM and DeepEP (DEEPEP_ROCM_ARCH)", from_vllm="ARG:DEEPEP_ROCM_ARCH"),
+    Setting("vllm_arch", "GPU archs vLLM is built for (ARG_PYTORCH_ROCM_ARCH)", from_vllm="bake:PYTORCH_ROCM_ARCH"),
+    Setting(
+        "base_image",
+        "base image of vLLM's ROCm build",
+        from_vllm="ARG:BASE_IMAGE",
+        pattern=_IMAGE_REF,
+        pattern_hint=_IMAGE_HINT,
+    ),
+    Setting(
+        "ci_base_image",
+        "vLLM's CI base (tier 1) the test stage builds on",
+        from_vllm="ARG:CI_BASE_IMAGE",
+        pattern=_IMAGE_REF,
+        pattern_hint=_IMAGE_HINT,
+    ),
+    Setting(
+        "deepep_repo",
+        "DeepEP git repository",
+        from_vllm="ARG:DEEPEP_REPO",
+        pattern=_GIT_REPO,
+        pattern_hint=_GIT_REPO_HINT,
+    ),
+    Setting(
+        "deepep_ref", "DeepEP commit", from_vllm="ARG:DEEPEP_BRANCH", pattern=_GIT_REF, pattern_hint=_GIT_REF_HINT
+    ),
+    Setting(
+        "deepep_nic",
+        "NIC DeepEP is built for (cx7, thor2, io)",
+        from_vllm="ARG:DEEPEP_NIC",
+        choices=("cx7", "thor2", "io"),  # DeepEP setup.py --nic
+    ),
+    Setting(
+        "deepep_flags",
+        "DeepEP setup.py flags in build_deepep (but --variant, --nic)",
+        from_vllm="deepep-flags",
+        pattern=rf" *(?:{_SETUP_FLAG}(?: +{_SETUP_FLAG})*)? *",
+        pattern_hint="setup.py flags separated by spaces, e.g. --rocm-explicit-ctx --rocm-gfx942-fp8-fnuz-max 224",
+    ),
+    Setting(
+        "rocshmem_repo",
+        "rocm-systems repository holding rocSHMEM",
+        from_vllm="ARG:ROCSHMEM_REPO",
+        pattern=_GIT_REPO,
+        pattern_hint=_GIT_REPO_HINT,
+    ),
+    Setting(
+        "rocshmem_ref",
+        "rocm-systems commit for rocSHMEM",
+        from_vllm="ARG:ROCSHMEM_BRANCH",
+        pattern=_GIT_REF,
+        pattern_hint=_GIT_REF_HINT,
+    ),
+    Setting(
+        "image_repo",
+        "repository part of the image tags rocmci makes",
+        default="rocmci/vllm-rocm",
+        pattern=r"[a-z0-9][a-z0-9._/:-]{0,199}",  # a tag is appended: no '@', and docker wants lower case
+        pattern_hint="a repository such as rocmci/vllm-rocm (lower-case letters, digits and . _ / : -)",
+    ),
+    Setting(
+        "image",
+        "image to run workloads in (empty: the tag `image.build` makes)",
+        default="",
+        pattern=f"|{_IMAGE_REF}",
+        pattern_hint=_IMAGE_HINT,
+    ),
+    Setting(
+        "ci_image",
+        "tag the generated pipeline's image step builds (IMAGE_TAG); DinD test steps fall back to it",
+        default="rocm/vllm-ci:build-$BUILDKITE_BUILD_ID",
+        pattern=_PIPELINE_IMAGE_REF,
+        pattern_hint="an image reference; $VAR and ${VAR} are expanded by the agent, e.g. "
+        "rocm/vllm-ci:build-$BUILDKITE_BUILD_ID",
+    ),
+    Setting("source", "vLLM-style step file the pipeline is generated from", default=".buildkite/test-amd.yaml"),
+    Setting("inventory", "agent pool inventory", default=".buildkite/agents.yaml"),
+    Setting("workarounds", "registry of known workarounds", default="workarounds.yaml"),
+    Setting(
+        "mirror_hw",
+        "mirror_hardwares value a step must list to be generated",
+        default="amdproduction",
+        choices=MIRROR_HW,
+    ),
+    Setting(
+        "branch",
+        "branch the pipeline is for ('': $BUILDKITE_BRANCH); main runs autorun_on_main",
+        default="",
+        pattern=f"|{_GIT_REF}",
+        pattern_hint=_GIT_REF_HINT,
+    ),
+    Setting("base_refresh_skip", "skip the ROCm base refresh step (ROCM_BASE_REFRESH_SKIP)", kind=bool, default=False),
+    Setting("base_refresh_force", "force the ROCm base refresh (ROCM_BASE_REFRESH_FORCE)", kind=bool, default=False),
+    Setting(
+        "docker",
+        "docker client to use ('auto' picks one that can build with BuildKit)",
+        default="auto",
+        pattern=r"[A-Za-z0-9_./~][A-Za-z0-9_./~+-]{0,4095}",
+        pattern_hint="'auto', a command name or a path to a docker client",
+    ),
+    Setting(
+        "build_network",
+        "network for image builds ('' for the engine default, 'none' offline)",
+        default="",
+        choices=("", "none", "host", "default"),  # what BuildKit's RUN takes
+    ),
+    Setting(
+        "run_network",
+        "network of workload containers (vLLM's AMD CI uses host)",
+        default="host",
+        pattern=r"|[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}",  # host, none, bridge, a network name, container:NAME
+        pattern_hint="a docker network: host, none, bridge or a network name",
+    ),
+    Setting(
+        "hf_cache",
+        "host Hugging Face cache mounted into workload containers",
+        default="~/.cache/huggingface",
+        pattern=r"[^-:,\s][^:,\s]{0,4095}",  # ':' and ',' would split docker's volume and mount syntax
+        pattern_hint="a folder path without ':', ',' or spaces",
+    ),
+    Setting(
+        "shm_size",
+        "shared memory size of workload containers",
+        default="16g",
+        pattern=_SIZE,
+        pattern_hint="a size such as 16g, 512m or 1073741824",
+    ),
+    Setting(
+        "run_memory",
+        "memory limit of workload containers, e.g. 256g ('' for none)",
+        default="",
+        pattern=f"|{_SIZE}",
+        pattern_hint="a size such as 256g, or '' for no limit",
+    ),
+    Setting(
+        "run_timeout",
+        "seconds a workload may run before it is stopped",
+        kind=int,
+        default=3600,
+        min=1,
+        max=MAX_RUN_SECONDS,
+    ),
+    Setting("results_dir", "where logs, JUnit XML and reports are written", default="results"),
+)
+
+BY_NAME: dict[str, Setting] = {s.name: s for s in REGISTRY}
