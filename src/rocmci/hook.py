@@ -68,7 +68,7 @@ def validate_file(path: str, s) -> FileResult:
 
 
 def as_json(results: list[FileResult]) -> str:
-    from rocmci.report import report_dict
+    from rocmci.report_findings import report_dict
 
     files: list[dict[str, Any]] = []
     for r in results:
@@ -86,7 +86,7 @@ def as_json(results: list[FileResult]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from rocmci import report, settings
+    from rocmci import report, report_findings, settings
 
     try:
         s = settings.resolve(flags={"arch": args.arch, "mirror_hw": args.mirror_hw})
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         out = report.console(sys.stdout)
         for r in results:
             if r.error is None:
-                report.print_report(r.report, name=r.name, out=out)
+                report_findings.print_report(r.report, name=r.name, out=out)
     for r in results:
         if r.error is not None:
             print(f"{PROG}: {r.error.one_line()}", file=sys.stderr)

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rocmci import doctor as doc
-from rocmci import report
+from rocmci import report, report_findings
 from rocmci.findings import Finding
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -143,7 +143,7 @@ FINDINGS = [
 
 def _printed(findings, mode: report.Mode) -> str:
     buffer = io.StringIO()
-    report.render_findings(findings, report.console(buffer, mode))
+    report_findings.render_findings(findings, report.console(buffer, mode))
     return buffer.getvalue()
 
 
@@ -167,8 +167,8 @@ def test_terminal_findings_are_grouped_under_their_file_and_fit(width):
 
 def test_findings_take_path_or_file():
     duck = SimpleNamespace(path="a.yaml", line=3, col=1, severity="warning", rule="r", message="m")
-    assert report.finding_line(duck) == "a.yaml:3:1: warning [r] m"
-    assert report.finding_dict(duck)["file"] == "a.yaml"
+    assert report_findings.finding_line(duck) == "a.yaml:3:1: warning [r] m"
+    assert report_findings.finding_dict(duck)["file"] == "a.yaml"
 
 
 def test_colour_only_when_the_mode_says_so():
@@ -186,7 +186,7 @@ def test_colour_only_when_the_mode_says_so():
     ],
 )
 def test_summary_line_counts_in_words(counts, subject, line):
-    assert report.summary_line("f.yaml", *counts, subject) == line
+    assert report_findings.summary_line("f.yaml", *counts, subject) == line
 
 
 def _check(name: str, ok: bool, fix: str = "") -> doc.Check:

@@ -20,7 +20,8 @@ def _eprint(text: str) -> None:
 def generate(v) -> int:
     from rocmci.files import write_atomic
     from rocmci.pipeline import keepgoing
-    from rocmci.report import console, print_report
+    from rocmci.report import console
+    from rocmci.report_findings import print_report
 
     s = resolve(flags=dict(mirror_hw=v.mirror_hw, arch=v.arch, branch=v.branch))
     i = service.inputs(s, v.source)
@@ -56,7 +57,8 @@ def generate(v) -> int:
 
 
 def validate(v) -> int:
-    from rocmci.report import console, print_report, report_dict
+    from rocmci.report import console
+    from rocmci.report_findings import print_report, report_dict
 
     if v.source and v.pipeline:
         raise UsageError("give --source or --pipeline, not both")
