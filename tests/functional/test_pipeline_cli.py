@@ -55,7 +55,7 @@ def test_errors_block_the_output_and_keep_the_old_file(tmp_path):
     assert out.read_text() == "old pipeline\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml"]  # no temporary file left behind
     assert "deepep-wrong-arch.yaml:7:5: error [deepep-arch]" in done.stderr  # the command's own line
-    assert done.stderr.strip().splitlines()[-1].startswith("rocmci: 1 error(s) in the generated pipeline")
+    assert done.stderr.strip().splitlines()[-1].startswith("rocmci: 1 error in the generated pipeline")
 
 
 def test_keep_going_writes_the_pipeline_with_the_step_held(tmp_path):

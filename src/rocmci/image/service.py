@@ -8,7 +8,7 @@ import sys
 
 from rocmci import labels as label
 from rocmci import settings as settingsmod
-from rocmci.report import shell_lines, table, to_json
+from rocmci.report import plural, shell_lines, table, to_json
 
 
 def eprint(*args) -> None:
@@ -63,7 +63,7 @@ def check(v) -> int:
                        "findings": [f.as_dict() for f in findings]}))  # fmt: skip
     elif findings:
         print(checkmod.render(findings))
-        print(f"\n{len(findings)} error(s) in the arch flow of {co.dockerfile.path}")
+        print(f"\n{plural(len(findings), 'error')} in the arch flow of {co.dockerfile.path}")
     else:
         print(checkmod.summary(co.dockerfile, req))
     return 1 if findings else 0

@@ -17,6 +17,7 @@ from typing import Any
 from rocmci.findings import ERROR, Finding
 from rocmci.pipeline.generate import IMAGE_STEP_KEY, Generated, slug
 from rocmci.pipeline.source import SourceFile, SourceStep
+from rocmci.report import plural
 
 LABEL_LIMIT = 300
 
@@ -102,7 +103,7 @@ def annotation(source_name: str, findings: list[Finding], held: list[Held]) -> s
     """Markdown for `buildkite-agent annotate`: what rocmci found and what it did about it."""
     errors = sum(f.severity == ERROR for f in findings)
     lines = [
-        f"**rocmci** checked `{source_name}`: {errors} error(s), {len(findings) - errors} warning(s).",
+        f"**rocmci** checked `{source_name}`: {plural(errors, 'error')}, {plural(len(findings) - errors, 'warning')}.",
         "",
     ]
     for h in held:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rocmci.errors import FindingsError, UsageError
 from rocmci.pipeline import service
+from rocmci.report import plural
 from rocmci.settings import resolve
 
 
@@ -37,7 +38,7 @@ def generate(v) -> int:
     held = []
     if report.errors and not v.keep_going:
         raise FindingsError(
-            f"{report.errors} error(s) in the generated pipeline; nothing was written",
+            f"{plural(report.errors, 'error')} in the generated pipeline; nothing was written",
             hint="fix the findings above (file:line), or pass --keep-going to hold those steps behind block steps",
         )
     if report.errors:
