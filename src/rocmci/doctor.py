@@ -10,6 +10,7 @@ from pathlib import Path
 from rocmci import gpus as gpumod
 from rocmci import labels as label
 from rocmci.errors import EngineError, PreflightError, UsageError
+from rocmci.report import plural
 
 NEEDS = {
     "build": ("docker engine", "buildkit", "free disk"),
@@ -45,7 +46,7 @@ def host_checks(kfd_nodes: Path, kfd_device: Path, dri_glob: str) -> list[Check]
     found = gpumod.detect_gpus(kfd_nodes)
     if found:
         archs = sorted({g.arch for g in found})
-        detail = f"{len(found)} GPU(s): " + ", ".join(f"{a} x{sum(g.arch == a for g in found)}" for a in archs)
+        detail = f"{plural(len(found), 'GPU')}: " + ", ".join(f"{a} x{sum(g.arch == a for g in found)}" for a in archs)
     else:
         detail = f"no AMD GPU on this host (nothing in {kfd_nodes})"
     checks.append(Check("AMD GPUs", bool(found), detail, "workloads need an AMD GPU host (MI300/MI325/MI355)"))

@@ -98,7 +98,7 @@ def test_pipeline_diff_task(tmp_path):
     args = ["--template", str(TEMPLATE), "--source", str(VLLM_FILES[1]), "--changed-files", str(changes)]
     done = run_invoke("pipeline.diff", *args)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "0 unexpected difference(s)" in done.stdout
+    assert "0 unexpected differences" in done.stdout
     broken = tmp_path / "t.j2"
     broken.write_text(TEMPLATE.read_text().replace("priority: 100", "priority: 50"))
     done = run_invoke("pipeline.diff", "--template", str(broken), "--source", str(VLLM_FILES[1]), "--run-all")

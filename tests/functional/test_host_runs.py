@@ -203,7 +203,7 @@ def test_expected_gpu_count_of_the_pod_is_honoured(host):
     done = run_invoke(*args(host, "--shards", "2", "--mode", "high-throughput"), env=env)
     assert done.returncode == 5
     assert done.stderr.strip() == (
-        "rocmci: VLLM_CI_EXPECTED_GPU_COUNT=2: this pod has 2 GPU(s), the run needs 4. "
+        "rocmci: VLLM_CI_EXPECTED_GPU_COUNT=2: this pod has 2 GPUs, the run needs 4. "
         "give the step num_gpus for every shard, or use fewer --shards"
     )
 

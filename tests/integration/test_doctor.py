@@ -39,7 +39,7 @@ def test_doctor_reads_gpus_from_a_kfd_tree(engine, tmp_path):
     done = run_invoke("doctor", "--json", "--host-root", str(tmp_path))
     assert done.returncode == 0, done.stderr
     checks = {c["name"]: c for c in json.loads(done.stdout)}
-    assert checks["AMD GPUs"]["detail"] == "3 GPU(s): gfx942 x2, gfx950 x1"
+    assert checks["AMD GPUs"]["detail"] == "3 GPUs: gfx942 x2, gfx950 x1"
     assert checks["/dev/kfd"]["ok"] and checks["render nodes"]["ok"]
     assert checks["docker engine"]["ok"]
 

@@ -125,7 +125,7 @@ def test_dry_run_needs_no_engine(host, monkeypatch):
 def test_host_dry_run_with_one_named_gpu_shows_it(host):
     prepared = runs.prepare(moe(), options(host, no_container=True, dry_run=True, gpus=(1,)), None)
     assert prepared.warnings == [
-        "1 run(s) of 2 GPU(s) need 2 GPUs, this host offers 1. use fewer --shards or a bigger host"
+        "1 run of 2 GPUs: together they need 2 GPUs, this host offers 1. use fewer --shards or a bigger host"
     ]
     (run,) = prepared.runs
     assert (run.env["ROCR_VISIBLE_DEVICES"], run.env["HIP_VISIBLE_DEVICES"]) == ("1", "0")

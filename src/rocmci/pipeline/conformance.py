@@ -10,6 +10,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from rocmci.report import plural
+
 # field path (dotted, in a step) -> why rocmci adds it; README "Intended differences" repeats these.
 ALLOWED: dict[str, str] = {
     "env.AMD_CI_STEP_SOURCE": "the step file:line a test step came from, so that validating the written "
@@ -55,7 +57,7 @@ class Comparison:
         allowed = len(self.differences) - len(self.unexpected)
         lines = [
             f"ci-infra: {self.reference_steps} steps, rocmci: {self.our_steps} steps; "
-            f"{len(self.unexpected)} unexpected difference(s), {allowed} allowed"
+            f"{plural(len(self.unexpected), 'unexpected difference')}, {allowed} allowed"
         ]
         for (name, kind), n in sorted(self.counts().items(), key=lambda item: (-item[1], item[0])):
             lines.append(f"  {n:4d} x {name} ({kind})")

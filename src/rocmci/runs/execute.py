@@ -14,6 +14,7 @@ from rocmci import labels as label
 from rocmci.engine import Engine
 from rocmci.errors import EngineError, PreflightError, WorkloadError
 from rocmci.gpus import Gpu, detect_gpus
+from rocmci.report import plural
 from rocmci.runs import container as ctr
 from rocmci.runs import results as res
 from rocmci.runs.dryrun import dry_run_lines  # noqa: F401 - what --dry-run prints
@@ -135,7 +136,7 @@ def preflight(
         if expected is not None and need * width > expected:
             problems.append(
                 PreflightError(
-                    f"VLLM_CI_EXPECTED_GPU_COUNT={expected}: this pod has {expected} GPU(s), "
+                    f"VLLM_CI_EXPECTED_GPU_COUNT={expected}: this pod has {plural(expected, 'GPU')}, "
                     f"the run needs {need * width}",
                     hint="give the step num_gpus for every shard, or use fewer --shards",
                 )

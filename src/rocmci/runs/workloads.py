@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from rocmci import arch as archmod
 from rocmci.errors import PreflightError, UsageError
 from rocmci.gpus import Gpu
+from rocmci.report import plural
 from rocmci.runs.workarounds import Workaround, env_for
 
 WORKSPACE = "/vllm-workspace"
@@ -156,7 +157,8 @@ def choose_gpus(
     need = per_run * runs
     if len(pool) < need:
         raise PreflightError(
-            f"{runs} run(s) of {per_run} GPU(s) need {need} GPUs, this host offers {len(pool)}",
+            f"{plural(runs, 'run')} of {plural(per_run, 'GPU')}: together they need {need} GPUs, "
+            f"this host offers {len(pool)}",
             hint="use fewer --shards or a bigger host",
         )
     return [pool[i * per_run : (i + 1) * per_run] for i in range(runs)]
