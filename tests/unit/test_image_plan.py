@@ -156,3 +156,17 @@ def test_progress_parser_names_the_failing_step_and_counts_cached_ones():
         "build failed at [final 3/3] RUN exit 3: executor failed running [/bin/sh -c exit 3]: exit code: 3"
     )
     assert error.hint == "last lines: about to fail"
+
+
+def test_a_pin_in_vllms_dockerfile_obeys_the_same_rule_as_a_flag(tree):
+    """A value read from vLLM's file reaches a docker command line too: the registry's rule holds for it."""
+    from rocmci.settings import resolve
+
+    dockerfile = tree / "docker" / "Dockerfile.rocm"
+    pinned = 'ARG DEEPEP_REPO="https://github.com/ROCm/DeepEP.git"'
+    text = dockerfile.read_text()
+    assert pinned in text
+    dockerfile.write_text(text.replace(pinned, 'ARG DEEPEP_REPO="--upload-pack=x"'))
+    s = resolve(flags={"vllm_src": str(tree)})
+    with pytest.raises(UsageError, match=r"deepep_repo.*Dockerfile\.rocm:496.*starts with '-'"):
+        requests.pins(s)

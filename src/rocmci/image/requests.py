@@ -19,21 +19,14 @@ from rocmci.image import plan as planmod
 from rocmci.image import retarget as retargetmod
 from rocmci.image import vllm_dockerfile as vd
 
-_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+~-]{0,254}")
-_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}")
-_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
-_NIC = re.compile(r"[a-z0-9]{1,16}")
-_FLAG = re.compile(r"-{1,2}[A-Za-z0-9][A-Za-z0-9_.=+-]{0,99}|[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
-_NETWORKS = ("none", "host", "default")
-
-# setting -> (build arg, label, pattern); the pins vLLM's Dockerfile declares.
+# setting -> (build arg, label); the pins vLLM's Dockerfile declares.
 PINS = (
-    ("base_image", "BASE_IMAGE", label.BASE_IMAGE, _IMAGE),
-    ("deepep_repo", "DEEPEP_REPO", label.DEEPEP_REPO, _REPO),
-    ("deepep_ref", "DEEPEP_BRANCH", label.DEEPEP_REF, _REF),
-    ("deepep_nic", "DEEPEP_NIC", label.DEEPEP_NIC, _NIC),
-    ("rocshmem_repo", "ROCSHMEM_REPO", label.ROCSHMEM_REPO, _REPO),
-    ("rocshmem_ref", "ROCSHMEM_BRANCH", label.ROCSHMEM_REF, _REF),
+    ("base_image", "BASE_IMAGE", label.BASE_IMAGE),
+    ("deepep_repo", "DEEPEP_REPO", label.DEEPEP_REPO),
+    ("deepep_ref", "DEEPEP_BRANCH", label.DEEPEP_REF),
+    ("deepep_nic", "DEEPEP_NIC", label.DEEPEP_NIC),
+    ("rocshmem_repo", "ROCSHMEM_REPO", label.ROCSHMEM_REPO),
+    ("rocshmem_ref", "ROCSHMEM_BRANCH", label.ROCSHMEM_REF),
 )
 _OVERRIDE_ORIGINS = ("flag ", "env ", "pyproject")
 
@@ -53,10 +46,13 @@ def checkout(s) -> Checkout:
     return Checkout(path, vd.load(path))
 
 
-def _valid(name: str, value: str, pattern: re.Pattern, where: str) -> str:
-    if not isinstance(value, str) or not pattern.fullmatch(value):
-        raise UsageError(f"{name} {value!r} ({where}) is not a valid value", hint="it reaches a docker command line")
-    return value
+def _checked(name: str, value: str, where: str) -> str:
+    """`value` under the registry's rule for setting `name`, whatever its origin: flag, env, pyproject, or a
+    line of vLLM's Dockerfile (settings checks the first three when it resolves them; the last only here,
+    where the value is about to reach a docker command line)."""
+    from rocmci.settings import BY_NAME, convert
+
+    return convert(BY_NAME[name], value, where)
 
 
 def _overridden(s, name: str) -> bool:
@@ -137,32 +133,24 @@ def pins(s) -> tuple[dict[str, str], dict[str, str]]:
     """Labels for every pin as resolved, and --build-arg overrides for pins not taken from vLLM's file."""
     labels: dict[str, str] = {}
     overrides: dict[str, str] = {}
-    for name, arg, key, pattern in PINS:
-        value = s.require(name)
+    for name, arg, key in PINS:
+        value = _checked(name, s.require(name), s.origin(name))
         if _overridden(s, name):
-            overrides[arg] = _valid(name, value, pattern, s.origin(name))
+            overrides[arg] = value
         labels[key] = value
     labels[label.DEEPEP_FLAGS] = s.deepep_flags or ""
     return labels, overrides
 
 
 def network(s) -> str | None:
-    value = s.build_network or None
-    if value is not None and value not in _NETWORKS:
-        raise UsageError(f"build network {value!r} is not one of {', '.join(_NETWORKS)}")
-    return value
+    return s.build_network or None  # one of the registry's choices: '' (the engine default), none, host, default
 
 
 def build_request(
     s, co: Checkout, req: checkmod.ArchRequest, *, target: str, tag: str | None, ci_base: str | None,
     push: bool, force: bool,
 ) -> planmod.BuildRequest:
-    labels, overrides = pins(s)
-    if tag is not None:
-        _valid("--tag", tag, _IMAGE, "flag --tag")
-    if ci_base is not None:
-        _valid("--ci-base", ci_base, _IMAGE, "flag --ci-base")
-    _valid("image_repo", s.image_repo, _IMAGE, s.origin("image_repo"))
+    labels, overrides = pins(s)  # --tag and --ci-base were checked as image references when parsed
     return planmod.BuildRequest(
         checkout=co.path,
         dockerfile=co.dockerfile,
@@ -182,22 +170,17 @@ def build_request(
 
 
 def retarget_request(s, co: Checkout, *, from_image: str, from_identity: str, tag: str | None, force: bool):
-    archs = deepep_archs(s)
-    _valid("--from", from_image, _IMAGE, "flag --from")
-    if tag is not None:
-        _valid("--tag", tag, _IMAGE, "flag --tag")
+    archs = deepep_archs(s)  # --from and --tag were checked as image references when parsed
     values: dict[str, str] = {}
     sources: dict[str, str] = {}
-    for name, arg, _, pattern in PINS[1:]:
-        values[arg] = _valid(name, s.require(name), pattern, s.origin(name))
+    for name, arg, _ in PINS[1:]:
+        values[arg] = _checked(name, s.require(name), s.origin(name))
         sources[arg] = s.origin(name)
     call = vd.deepep_setup_call(co.dockerfile)
     if call is not None and call.nic and "$" not in call.nic:
-        values["DEEPEP_NIC"] = _valid("--nic", call.nic, _NIC, f"{co.dockerfile.display}:{call.line}")
+        values["DEEPEP_NIC"] = _checked("deepep_nic", call.nic, f"{co.dockerfile.display}:{call.line}")
         sources["DEEPEP_NIC"] = f"{co.dockerfile.display}:{call.line} (setup.py --nic)"
-    flags = tuple(s.require("deepep_flags").split())
-    for flag in flags:
-        _valid("DeepEP setup flag", flag, _FLAG, s.origin("deepep_flags"))
+    flags = tuple(_checked("deepep_flags", s.require("deepep_flags"), s.origin("deepep_flags")).split())
     sources["DEEPEP_SETUP_FLAGS"] = s.origin("deepep_flags")
     multi = [f for f in flags if f.startswith("--offload-arch") and re.search(r"[;,]", f)]
     if multi:
@@ -209,7 +192,7 @@ def retarget_request(s, co: Checkout, *, from_image: str, from_identity: str, ta
         pins=values,
         setup_flags=flags,
         sources=sources,
-        image_repo=_valid("image_repo", s.image_repo, _IMAGE, s.origin("image_repo")),
+        image_repo=s.image_repo,
         tag=tag,
         network=network(s),
         force=force,
