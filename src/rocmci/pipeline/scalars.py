@@ -34,13 +34,18 @@ def _fold_like_sed(text: str) -> str:
     return "\n".join([lines[0], *(line for line in lines[1:] if line.strip())])
 
 
-@lru_cache(maxsize=4096)
-def _parse_double_quoted(body: str) -> str:
+def _load(text: str, what: str) -> Any:
+    """`text` as the YAML reader of the uploaded pipeline reads it; TemplateBreak when it cannot."""
     try:
-        value = yaml.load(f'"{body}"', Loader=_Loader)  # noqa: S506 - safe loader
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - safe loader
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise TemplateBreak(f"not a valid double-quoted YAML string once pasted by the template: {problem}") from None
+        raise TemplateBreak(f"not a valid {what} once pasted by the template: {problem}") from None
+
+
+@lru_cache(maxsize=4096)
+def _parse_double_quoted(body: str) -> str:
+    value = _load(f'"{body}"', "double-quoted YAML string")
     if not isinstance(value, str):  # pragma: no cover - a quoted scalar is always a string
         raise TemplateBreak("not a string once pasted by the template")
     return value
@@ -64,11 +69,7 @@ def command_text(command: str) -> str:
 
 @lru_cache(maxsize=4096)
 def _parse_plain(text: str) -> Any:
-    try:
-        data = yaml.load(f"k: {text}\n", Loader=_Loader)  # noqa: S506 - safe loader
-    except yaml.YAMLError as exc:
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise TemplateBreak(f"not a valid plain YAML value once pasted by the template: {problem}") from None
+    data = _load(f"k: {text}\n", "plain YAML value")
     if not isinstance(data, dict) or list(data) != ["k"]:
         raise TemplateBreak("changes the structure of the YAML once pasted by the template")
     return data["k"]
