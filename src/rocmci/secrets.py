@@ -32,24 +32,36 @@ SECRET_NAME = re.compile(
 MIN_LENGTH = 4  # shorter values would mask unrelated text and reveal little
 
 # Shapes of credentials; each match is a secret wherever it appears in a value or a line of output.
-_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("a private key", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")),
+# Beside each shape: literal text that every match of it contains, so one cheap search of all of them
+# rules out the many values (long test commands included) that could match no shape.
+_SHAPES: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
+    ("a private key", ("-----BEGIN ",), re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")),
     # HTTP authorization values as written in headers (case-sensitive: "basic tests/..." is no header).
     (
         "a bearer token",
+        ("Bearer", "Basic"),
         re.compile(r"\bBearer\s+[A-Za-z0-9\-._~+/]{16,}=*|\bBasic\s+[A-Za-z0-9+/]{16,}={0,2}(?![\w./-])"),
     ),
-    ("a Hugging Face token", re.compile(r"\b(?:hf|api_org)_[A-Za-z0-9]{30,}\b")),
-    ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b")),
-    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b")),
-    ("a Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("an npm token", re.compile(r"\bnpm_[A-Za-z0-9]{36}\b")),
-    ("a GitLab token", re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}")),
-    ("an API key", re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{32,}")),
-    ("a password in a URL", re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@$]+:[^/\s@$]{3,}@", re.I)),
+    ("a Hugging Face token", ("hf_", "api_org_"), re.compile(r"\b(?:hf|api_org)_[A-Za-z0-9]{30,}\b")),
+    (
+        "a GitHub token",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b"),
+    ),
+    (
+        "an AWS access key id",
+        ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA"),
+        re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b"),
+    ),
+    ("a Slack token", ("xox",), re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("an npm token", ("npm_",), re.compile(r"\bnpm_[A-Za-z0-9]{36}\b")),
+    ("a GitLab token", ("glpat-",), re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}")),
+    ("an API key", ("sk-",), re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{32,}")),
+    ("a password in a URL", ("://",), re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@$]+:[^/\s@$]{3,}@", re.I)),
 )
-# All shapes in one pattern: most values match none, and one search answers that for them.
-_ANY_SHAPE = re.compile("|".join(f"(?{'i' if s.flags & re.I else ''}:{s.pattern})" for _, s in _SHAPES))
+# Literal alternatives only: the regex engine skips ahead on their first characters, where the shapes'
+# leading \b allows no skipping (measured: about 12x faster on vLLM's generated env values).
+_ANCHORS = re.compile("|".join(re.escape(anchor) for _, anchors, _ in _SHAPES for anchor in anchors))
 _TOKEN = re.compile(r"[A-Za-z0-9+/_=-]{32,}")
 # In free text `NAME=value` must split at the `=` (only base64 padding may end a token), or a variable
 # name glued to a commit hash would look random.
@@ -92,8 +104,8 @@ def secret_kind(value: str, *, whole: bool = True) -> str | None:
     `whole` also tests the value as one random-looking token (an env value); a long command line is
     tested only for the credential shapes, since it is full of long ordinary words.
     """
-    if _ANY_SHAPE.search(value):
-        for kind, shape in _SHAPES:
+    if _ANCHORS.search(value):
+        for kind, _, shape in _SHAPES:
             if shape.search(value):
                 return kind
     stripped = value.strip()
@@ -103,8 +115,9 @@ def secret_kind(value: str, *, whole: bool = True) -> str | None:
 
 
 def _mask_shapes(text: str) -> str:
-    for _, shape in _SHAPES:
-        text = shape.sub("***", text)
+    if _ANCHORS.search(text):
+        for _, _, shape in _SHAPES:
+            text = shape.sub("***", text)
     return _TEXT_TOKEN.sub(lambda m: "***" if _random_looking(m.group()) else m.group(), text)
 
 

@@ -74,8 +74,19 @@ def test_binary_and_non_utf8_files_are_refused():
 )
 def test_interpolation_pattern(text, names):
     assert [m.group(1) for m in INTERPOLATION.finditer(text)] == names
-    # the fast scan over a whole document finds the same names
-    assert rules._names(text) == {n.strip("{}") for n in names}
+    first = names[0].strip("{}") if names else None
+    assert (rules._undefined(text, set()) or ("", None))[1] == first
+    assert rules._undefined(text, {"HOME"}) is None  # defined in the pipeline's env: no finding
+
+
+def test_the_first_undefined_name_skips_defined_ones_and_reads_defaults():
+    assert rules._undefined("$HOME ${IMAGE:-rocm/vllm} $X", {"HOME"}) == ("${IMAGE:-rocm/vllm}", "IMAGE")
+    assert rules._undefined("${TAG-latest}", set()) == ("${TAG-latest}", "TAG")
+
+
+def test_dollar_texts_are_the_distinct_strings_with_a_dollar_anywhere_in_the_document():
+    doc = {"steps": [{"env": {"A": "$X", "B": "plain"}, "commands": ["echo $X", "$X"]}, {"label": "$X"}], "n": 1}
+    assert rules._dollar_texts(doc, set()) == {"$X", "echo $X"}
 
 
 def test_parallel_size_reads_tp_and_dp_spellings():

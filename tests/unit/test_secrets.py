@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rocmci import yamldoc
+from rocmci import secrets, yamldoc
 from rocmci.pipeline import rules, validate
 from rocmci.pipeline.inventory import Inventory, Pool
 from rocmci.secrets import Redactor, is_secret, secret_kind
@@ -59,24 +59,34 @@ def test_ordinary_names(name):
     assert not is_secret(name)
 
 
-@pytest.mark.parametrize(
-    ("value", "kind"),
-    [
-        ("Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abc", "a bearer token"),
-        ("curl -H 'Authorization: Basic dXNlcjpwYXNzd29yZDEyMw=='", "a bearer token"),
-        (HF, "a Hugging Face token"),
-        (f"HF_TOKEN={HF} pytest -v", "a Hugging Face token"),
-        (GHP, "a GitHub token"),
-        ("github_pat_11ABCDEFG0123456789_abcdefghijklmnop", "a GitHub token"),
-        (AWS, "an AWS access key id"),
-        ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----", "a private key"),
-        ("-----BEGIN RSA PRIVATE KEY-----", "a private key"),
-        ("https://user:hunter22@example.com/repo.git", "a password in a URL"),
-        (RANDOM, "a long random-looking string"),
-    ],
-)
+CREDENTIALS = [
+    ("Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abc", "a bearer token"),
+    ("curl -H 'Authorization: Basic dXNlcjpwYXNzd29yZDEyMw=='", "a bearer token"),
+    (HF, "a Hugging Face token"),
+    (f"HF_TOKEN={HF} pytest -v", "a Hugging Face token"),
+    (GHP, "a GitHub token"),
+    ("github_pat_11ABCDEFG0123456789_abcdefghijklmnop", "a GitHub token"),
+    (AWS, "an AWS access key id"),
+    ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----", "a private key"),
+    ("-----BEGIN RSA PRIVATE KEY-----", "a private key"),
+    ("https://user:hunter22@example.com/repo.git", "a password in a URL"),
+    ("xoxb-" + "1234567890-abcdefghij", "a Slack token"),
+    ("npm_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8", "an npm token"),
+    ("git clone https://oauth2:glpat-" + "aB3dE5fG7hJ9kL1mN3pQ@example", "a GitLab token"),
+    ("OPENAI_API_KEY=sk-" + "proj-aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY", "an API key"),
+    (RANDOM, "a long random-looking string"),
+]
+
+
+@pytest.mark.parametrize(("value", "kind"), CREDENTIALS)
 def test_credential_shaped_values(value, kind):
     assert secret_kind(value) == kind
+    assert value not in Redactor({})(f"log: {value} end")  # the redactor masks every shape too
+
+
+def test_every_credential_shape_has_an_example():
+    """The literal prefilter skips a shape whose anchors miss its matches: every shape is tried above."""
+    assert {kind for kind, _, _ in secrets._SHAPES} <= {kind for _, kind in CREDENTIALS}
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ Each takes the pipeline and the context and yields findings; none of them raises
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -326,53 +325,51 @@ def _strings(value: Any, path: tuple) -> Iterator[tuple[tuple, str]]:
             yield from _strings(v, (*path, i))
 
 
-_DOLLARS = re.compile(r"\$+")
-_VAR = re.compile(r"\{[^}]*\}?|[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _names(text: str) -> set[str]:
-    """The names INTERPOLATION finds, found faster: jump from one run of '$' to the next.
-
-    A run of '$' interpolates when it is not escaped by a backslash and has odd length ($$ is a '$').
-    """
-    out = set()
-    for run in _DOLLARS.finditer(text):
-        start, end = run.span()
-        if (start and text[start - 1] == "\\") or (end - start) % 2 == 0:
-            continue
-        name = _VAR.match(text, end)
-        if name:
-            out.add(name.group(0).strip("{}").split(":")[0].split("-")[0])
+def _dollar_texts(value: Any, out: set[str]) -> set[str]:
+    """Every distinct string in `value` that holds a '$': a generated pipeline repeats a few of them
+    in every step, and walking the values is cheaper than dumping the document to search it."""
+    if isinstance(value, str):
+        if "$" in value:
+            out.add(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _dollar_texts(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _dollar_texts(v, out)
     return out
+
+
+def _undefined(text: str, defined: set[str]) -> tuple[str, str] | None:
+    """(token, name) of the first $NAME or ${NAME...} in `text` that upload would replace and nobody
+    defines; ${NAME:-default} and ${NAME-default} name NAME."""
+    for match in INTERPOLATION.finditer(text):
+        name = match.group(1).strip("{}").split(":")[0].split("-")[0]
+        if name not in defined:
+            return "$" + match.group(1), name
+    return None
 
 
 def interpolation(p: Pipeline, ctx: Context) -> Iterator[Finding]:
     defined = {str(k) for k in p.env} | UPLOAD_TIME_VARS
-    # Fast path: one C-speed dump of the document (JSON keeps every '$' and the '\\' or '$' before it).
-    if not (_names(json.dumps(p.data, ensure_ascii=False, default=str)) - defined):
-        return
+    if not any(_undefined(text, defined) for text in _dollar_texts(p.data, set())):
+        return  # the usual case, answered from the few distinct strings
     for step in p.steps:
         data = step.data
         if step.kind == "group" and isinstance(data, dict):
             data = {k: v for k, v in data.items() if k != "steps"}  # its members are steps of their own
-        if not (_names(json.dumps(data, ensure_ascii=False, default=str)) - defined):
-            continue
         for path, text in _strings(data, step.path):
-            if "$" not in text:
+            found = _undefined(text, defined) if "$" in text else None
+            if found is None:
                 continue
-            for match in INTERPOLATION.finditer(text):
-                name = match.group(1).strip("{}").split(":")[0].split("-")[0]
-                if name in defined:
-                    continue
-                token = "$" + match.group(1)
-                yield p.report(
-                    path,
-                    "interpolation",
-                    ERROR,
-                    f"{token} is replaced by `buildkite-agent pipeline upload` before the job runs; "
-                    f"write ${token} to pass it to the job, or define {name} in the pipeline's env",
-                )
-                break  # one finding per string is enough to point at it
+            token, name = found
+            yield p.report(
+                path,
+                "interpolation",
+                ERROR,
+                f"{token} is replaced by `buildkite-agent pipeline upload` before the job runs; "
+                f"write ${token} to pass it to the job, or define {name} in the pipeline's env",
+            )  # one finding per string is enough to point at it
 
 
 def secrets_in_plain_text(p: Pipeline, ctx: Context) -> Iterator[Finding]:
