@@ -82,6 +82,10 @@ class Row:
     ratios: list[float] = field(default_factory=list)  # every pair's ratio, for bench.json
 
 
+def pairs_text(n: int) -> str:
+    return f"{n} pair" if n == 1 else f"{n} pairs"
+
+
 def skipped(name: str, reason: str) -> Row:
     print(f"bench: skipping {name}: {reason}", file=sys.stderr)
     return Row(name, "-", "-", None, "0", "-", None, f"skipped: {reason}")
@@ -208,7 +212,7 @@ def ratio_row(name: str, p: Pairs, target: float, ref_name: str, mem_target: flo
         f"{p.a:.3f} s{mem}",
         f"{ref_name}: {p.b:.3f} s, {p.b_peak_mb:.0f} MB",
         round(p.ratio, 3),
-        f"{p.n} pairs",
+        pairs_text(p.n),
         f"<= {target}x" + (f", <= {mem_target:.0f} MB" if mem_target else ""),
         met,
         ratios=[round(r, 4) for r in p.ratios],
@@ -253,7 +257,7 @@ def pipeline_rows(work: Path, pairs: int) -> list[Row]:
     rows.append(Row(
         "`pipeline.validate --source` at 10x (1,900 steps) vs 1x",
         f"{scale.a:.3f} s, {scale.a_peak_mb:.0f} MB", f"1x: {scale.b:.3f} s, {scale.b_peak_mb:.0f} MB",
-        round(scale.ratio, 2), f"{scale.n} pairs", "<= 10x time and memory",
+        round(scale.ratio, 2), pairs_text(scale.n), "<= 10x time and memory",
         scale.ratio <= 10 and mem_scale <= 10, f"memory ratio {mem_scale:.2f}", [round(r, 4) for r in scale.ratios],
     ))  # fmt: skip
     return rows
@@ -382,7 +386,7 @@ def sharding_rows(work: Path, pairs: int, scale: float) -> list[Row]:
             efficiency = statistics.median(efficiencies)
             rows.append(Row(
                 spec.name, f"4 shards: {p.a:.1f} s", f"1 shard: {p.b:.1f} s", round(efficiency, 3),
-                f"{p.n} pairs", "parallel efficiency >= 0.9", efficiency >= 0.9,
+                pairs_text(p.n), "parallel efficiency >= 0.9", efficiency >= 0.9,
                 "ratio column: efficiency = t(1 shard) / (4 x t(4 shards))", [round(e, 4) for e in efficiencies],
             ))  # fmt: skip
     finally:
@@ -402,7 +406,7 @@ def markdown(rows: list[Row], header: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=5, help="A/B pairs per fast row (median of their ratios)")
+    parser.add_argument("--pairs", type=int, default=9, help="A/B pairs per fast row (median of their ratios)")
     parser.add_argument("--shard-pairs", type=int, default=2, help="A/B pairs of the upstream-sized sharding row")
     parser.add_argument(
         "--shard-scale", type=float, default=1 / 16,

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from rocmci.yamldoc import Document, Path_
@@ -12,8 +11,7 @@ ERROR = "error"
 WARNING = "warning"
 
 
-@dataclass(frozen=True, order=True)
-class Finding:
+class Finding(NamedTuple):
     file: str
     line: int
     col: int
@@ -33,4 +31,4 @@ class Finding:
         return f"{self.file}:{self.line}:{self.col}: {self.severity} [{self.rule}] {self.message}{tail}"
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return self._asdict()

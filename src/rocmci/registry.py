@@ -6,16 +6,14 @@ reads as one page. Each rule is checked for every origin by settings.convert().
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from rocmci import values
 
 ENV_PREFIX = "ROCMCI_"
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(NamedTuple):
     name: str
     help: str
     kind: type = str

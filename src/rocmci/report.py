@@ -14,16 +14,14 @@ import os
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from io import StringIO
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 GAP = 2  # spaces between table columns
 INDENT = 2  # findings under their file, fields of a stacked record
 
 
-@dataclass(frozen=True)
-class Mode:
+class Mode(NamedTuple):
     interactive: bool  # a person at a terminal: fit the width, group, wrap between words
     colour: bool
     width: int | None  # columns of the terminal; None when the output is not one

@@ -11,7 +11,7 @@ import difflib
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from rocmci.errors import UsageError
 
@@ -66,8 +66,7 @@ def gpu_indices(flag: str, text: str) -> tuple[int, ...]:
     return indices
 
 
-@dataclass(frozen=True)
-class EnvPairs:
+class EnvPairs(NamedTuple):
     """NAME=value pairs from repeated --env flags, in order; the later of two equal names wins."""
 
     pairs: tuple[tuple[str, str], ...] = ()

@@ -21,7 +21,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -101,14 +101,12 @@ _MERGE = "tag:yaml.org,2002:merge"
 _CORE_TAGS = {_NULL: _CORE_NULL, _BOOL: _CORE_BOOL, _INT: _CORE_INT, _FLOAT: _CORE_FLOAT}
 
 
-@dataclass(frozen=True)
-class Pos:
+class Pos(NamedTuple):
     line: int  # 1-based
     col: int  # 1-based
 
 
-@dataclass
-class DuplicateKey:
+class DuplicateKey(NamedTuple):
     path: Path_
     key: Any
     pos: Pos

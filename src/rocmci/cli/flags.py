@@ -10,8 +10,7 @@ that each task's flags are in this table, with help, and that no task repeats a 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from rocmci import values as v
 
@@ -29,8 +28,7 @@ MAX_GPUS_PER_HOST = 64
 MAX_TIMEOUT = 7 * 24 * 3600
 
 
-@dataclass(frozen=True)
-class Flag:
+class Flag(NamedTuple):
     help: str
     parse: Callable[[str, Any], Any] | None = None  # (flag text, raw) -> typed value; None: kept as given
     default: Any = None

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from rocmci import values
 from rocmci.errors import UsageError
@@ -37,8 +37,7 @@ FASTCHECK_SLUG = "fastcheck"
 FASTCHECK_MIRROR = "amdtentative"
 
 
-@dataclass(frozen=True)
-class TemplateInputs:
+class TemplateInputs(NamedTuple):
     """The -D variables bootstrap-amd.sh gives minijinja-cli: all strings, exactly as the template sees them."""
 
     branch: str = ""
@@ -56,7 +55,7 @@ class TemplateInputs:
     rocm_base_refresh_force: str = "0"
 
     def variables(self) -> dict[str, str]:
-        return dict(self.__dict__)
+        return self._asdict()
 
     @property
     def changed(self) -> list[str]:
@@ -64,8 +63,7 @@ class TemplateInputs:
         return self.list_file_diff.replace("\r", "").replace("\n", "|").split("|")
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):
     """What bootstrap-amd.sh reads from its environment and git."""
 
     changed: Sequence[str] | None = ()  # None: the diff could not be computed (bootstrap then runs all)
@@ -81,11 +79,10 @@ class Request:
     merge_base: str = ""
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     inputs: TemplateInputs
     skip: str | None = None  # why no pipeline is uploaded at all (docs-only change)
-    reasons: tuple[str, ...] = field(default=())  # why run_all / nightly are what they are
+    reasons: tuple[str, ...] = ()  # why run_all / nightly are what they are
 
 
 def docs_only(paths: Sequence[str]) -> bool:

@@ -7,7 +7,7 @@ renders the real template with minijinja and compares the two field by field.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from rocmci.pipeline import amdsteps as amd
 from rocmci.pipeline import scalars
@@ -19,23 +19,20 @@ ORIGIN_ENV = "AMD_CI_STEP_SOURCE"  # lets a later validation of the written file
 RUNNER_SCRIPT = ".buildkite/scripts/hardware_ci/run-amd-test.sh"
 
 
-@dataclass(frozen=True)
-class Options:
-    inputs: TemplateInputs = field(default_factory=TemplateInputs)
+class Options(NamedTuple):
+    inputs: TemplateInputs = TemplateInputs()
     ci_image: str = amd.CI_IMAGE
     deepep_arch: str | None = None  # DEEPEP_ROCM_ARCH for the image steps, when the user configured one
     origin_env: bool = True  # add AMD_CI_STEP_SOURCE (an intentional addition; off for conformance checks)
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     step: SourceStep
     action: str  # "run", "block" or "skip"
     reason: str
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):
     """Step-file text that would break the template's YAML (reported as a finding by validate)."""
 
     step: SourceStep

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from rocmci import yamldoc
 from rocmci.arch import parse_arch_list
@@ -13,8 +14,7 @@ from rocmci.errors import InputError, UsageError
 POOL_KEYS = {"queue", "arch", "gpus", "agents", "note"}
 
 
-@dataclass(frozen=True)
-class Pool:
+class Pool(NamedTuple):
     name: str
     queue: str
     arch: str | None  # None for CPU-only pools

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from rocmci.findings import Finding
 from rocmci.yamldoc import Path_
@@ -13,8 +13,7 @@ STEP_KINDS = ("block", "input", "wait", "waiter", "trigger", "group")
 KEY_FIELDS = ("key", "id", "identifier")
 
 
-@dataclass(frozen=True)
-class StepRef:
+class StepRef(NamedTuple):
     path: Path_  # path of the step inside the pipeline document
     data: Any
     origin: str | None = None  # source step file:line when the step was generated

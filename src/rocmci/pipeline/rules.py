@@ -8,8 +8,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from rocmci import arch as archmod
 from rocmci.findings import ERROR, WARNING, Finding
@@ -58,8 +57,7 @@ _TP = re.compile(r"(?:^|\s)(?:-tp|--tensor-parallel-size)(?:=|\s+)(\d+)")
 _DP = re.compile(r"(?:^|\s)(?:-dp|--data-parallel-size)(?:=|\s+)(\d+)")
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(NamedTuple):
     inventory: Inventory
     archs: tuple[str, ...]  # what the image's DeepEP is built for
 
@@ -254,6 +252,8 @@ def pool_has_agents(p: Pipeline, ctx: Context) -> Iterator[Finding]:
 
 def parallel_size(text: str) -> int:
     """GPUs the largest `-tp N -dp M` command asks for; 0 when no command names either."""
+    if "-tp" not in text and "-dp" not in text and "-parallel-size" not in text:
+        return 0  # most commands: a substring test is far cheaper than the two searches
     best = 0
     for part in text.split("&&"):
         tp = _TP.search(part)
@@ -372,6 +372,26 @@ def interpolation(p: Pipeline, ctx: Context) -> Iterator[Finding]:
             )  # one finding per string is enough to point at it
 
 
+def _secret_message(name: Any, value: str | int) -> str | None:
+    """Why `name: value` in an env is a secret written in plain text, or None."""
+    from rocmci.secrets import secret_kind
+
+    text = str(value)
+    if is_secret(str(name)) and text and not text.startswith("$"):
+        return (
+            f"{name} is written into the pipeline in plain text; remove it and give it to the agents "
+            "as a secret or through their environment"
+        )
+    # A long command (VLLM_TEST_COMMANDS) is searched for credential shapes only.
+    kind = secret_kind(text, whole=" " not in text.strip()) if isinstance(value, str) else None
+    if kind:
+        return (
+            f"the value of {name} looks like {kind} and is written into the pipeline in plain text; "
+            "remove it and give it to the agents as a secret, or refer to a variable ($NAME)"
+        )
+    return None
+
+
 def secrets_in_plain_text(p: Pipeline, ctx: Context) -> Iterator[Finding]:
     """A secret written into the pipeline is readable by everyone who can see the build.
 
@@ -379,35 +399,18 @@ def secrets_in_plain_text(p: Pipeline, ctx: Context) -> Iterator[Finding]:
     key, a long random string), so a credential under an innocent name is caught too. The message
     never repeats the value.
     """
-    from rocmci.secrets import secret_kind
-
     places = [(("env",), p.env)] + [((*s.path, "env"), s.data.get("env")) for s in p.steps if isinstance(s.data, dict)]
-    for base, env in places:
-        if not isinstance(env, dict):
-            continue
+    envs = [(base, env) for base, env in places if isinstance(env, dict)]
+    # A generated pipeline repeats the same few hundred pairs in every step: judge each pair once.
+    pairs = {(name, value) for _, env in envs for name, value in env.items() if isinstance(value, str | int)}
+    flagged = {pair: message for pair in pairs if (message := _secret_message(*pair))}
+    if not flagged:
+        return
+    for base, env in envs:
         for name, value in env.items():
-            if not isinstance(value, str | int):
-                continue
-            text = str(value)
-            if is_secret(str(name)) and text and not text.startswith("$"):
-                yield p.report(
-                    (*base, name),
-                    "secret-in-pipeline",
-                    ERROR,
-                    f"{name} is written into the pipeline in plain text; remove it and give it to the agents "
-                    "as a secret or through their environment",
-                )
-                continue
-            # A long command (VLLM_TEST_COMMANDS) is searched for credential shapes only.
-            kind = secret_kind(text, whole=" " not in text.strip()) if isinstance(value, str) else None
-            if kind:
-                yield p.report(
-                    (*base, name),
-                    "secret-in-pipeline",
-                    ERROR,
-                    f"the value of {name} looks like {kind} and is written into the pipeline in plain text; "
-                    "remove it and give it to the agents as a secret, or refer to a variable ($NAME)",
-                )
+            message = flagged.get((name, value)) if isinstance(value, str | int) else None
+            if message:
+                yield p.report((*base, name), "secret-in-pipeline", ERROR, message)
 
 
 def timeouts(p: Pipeline, ctx: Context) -> Iterator[Finding]:

@@ -12,8 +12,8 @@ import json
 import os
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -33,8 +33,7 @@ except ImportError:  # pragma: no cover
     from yaml import SafeDumper as _Dumper  # type: ignore[assignment]
 
 
-@dataclass(frozen=True)
-class Inputs:
+class Inputs(NamedTuple):
     source_path: Path
     source_name: str
     inventory_path: Path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rocmci import yamldoc
 from rocmci.errors import InputError
@@ -53,8 +53,7 @@ REQUIRED = ("label", "agent_pool")
 MAXIMA = {"num_gpus": 64, "num_nodes": 64, "timeout_in_minutes": 7 * 24 * 60, "parallelism": 100}
 
 
-@dataclass(frozen=True)
-class SourceStep:
+class SourceStep(NamedTuple):
     index: int
     data: dict[str, Any]
     where: str  # file:line:col of the step
