@@ -35,12 +35,21 @@ class Running:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._stops: dict[int, Callable[[], None]] = {}
+        self._stopping = False
 
     def add(self, stop: Callable[[], None]) -> int:
+        """Register how to stop a child that has just started; once stop_all ran, it is stopped at once.
+
+        A worker thread starts its child a moment before it can register it: an interrupt in between
+        must not leave that child running after rocmci has exited.
+        """
         with self._lock:
             key = id(stop)
-            self._stops[key] = stop
-            return key
+            if not self._stopping:
+                self._stops[key] = stop
+                return key
+        stop()
+        return key
 
     def discard(self, key: int) -> None:
         with self._lock:
@@ -48,6 +57,7 @@ class Running:
 
     def stop_all(self) -> None:
         with self._lock:
+            self._stopping = True
             stops = list(self._stops.values())
         for stop in stops:
             stop()

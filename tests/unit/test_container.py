@@ -115,3 +115,16 @@ def test_running_stops_a_host_group_from_another_thread(tmp_path):
     thread.join(timeout=30)
     assert not thread.is_alive() and result["run"].exit_code == -15 and not result["run"].timed_out
     assert _alive([int(lines[0])]) == []
+
+
+def test_a_child_registered_after_stop_all_is_stopped_at_once():
+    """The interrupt can land between a worker starting its child and registering it."""
+    running = ctr.Running()
+    stopped: list[str] = []
+    first = running.add(lambda: stopped.append("first"))
+    running.stop_all()
+    assert stopped == ["first"]
+    late = running.add(lambda: stopped.append("late"))  # started just before the interrupt, registered after
+    assert stopped == ["first", "late"]
+    running.discard(first)
+    running.discard(late)  # discarding what was never kept is harmless

@@ -308,9 +308,9 @@ def execute(
             for planned in wave:
                 threads.append(threading.Thread(target=one, args=(number, planned, len(wave)), daemon=True))
                 number += 1
-            for t in threads:
-                t.start()
             try:
+                for t in threads:  # inside the try: an interrupt between two starts stops the first
+                    t.start()
                 for t in threads:
                     while t.is_alive():
                         t.join(timeout=0.2)
@@ -318,7 +318,8 @@ def execute(
                 # Ctrl-C, SIGTERM: stop every container and process group, then let the threads finish.
                 running.stop_all()
                 for t in threads:
-                    t.join(timeout=15)
+                    if t.ident is not None:  # started
+                        t.join(timeout=15)
                 raise
     finally:
         if previous is not None:
