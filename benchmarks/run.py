@@ -91,11 +91,20 @@ def skipped(name: str, reason: str) -> Row:
     return Row(name, "-", "-", None, "0", "-", None, f"skipped: {reason}")
 
 
+# Every measured process loads bytecode from a cache of the benchmark's own, written by the unmeasured
+# warm-up run: a machine with PYTHONDONTWRITEBYTECODE set (this one) would otherwise compile each module
+# edited since its last .pyc from source in every run, a cost an installed rocmci (pip writes the .pyc
+# files) and the reference do not pay alike.
+PYCACHE = Path(tempfile.gettempdir()) / "rocmci-bench-pycache"
+
+
 def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("ROCMCI_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCI_") and k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPYCACHEPREFIX": str(PYCACHE)}
 
 
-def run_once(argv: list[str], cwd: Path, env: dict[str, str], ok: tuple[int, ...]) -> tuple[float, float]:
+def run_once(argv: list[str], cwd: Path, env: dict[str, str], ok: tuple[int, ...]) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS in MB, CPU seconds: user + system) of one whole process."""
     start = time.perf_counter()
     # Output is kept only to explain a failure; one pipe for both streams, so neither can fill up and block.
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -108,7 +117,7 @@ def run_once(argv: list[str], cwd: Path, env: dict[str, str], ok: tuple[int, ...
     if code not in ok:
         tail = err.decode(errors="replace").strip().splitlines()[-12:]
         raise SystemExit(f"bench: {' '.join(argv)} exited {code}:\n" + "\n".join(tail))
-    return elapsed, usage.ru_maxrss / 1024
+    return elapsed, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 @dataclass
@@ -119,23 +128,24 @@ class Cmd:
     ok: tuple[int, ...] = (0,)
     then: tuple[list[str], ...] = ()  # more commands run right after, timed together (no shell in between)
 
-    def once(self) -> tuple[float, float]:
+    def once(self, cpu: bool = False) -> tuple[float, float]:
+        """(seconds, peak MB): wall seconds, or CPU seconds when `cpu`."""
         env = {**clean_env(), **self.env}
         total, peak = 0.0, 0.0
         for argv in (self.argv, *self.then):
-            seconds, mb = run_once(argv, self.cwd, env, self.ok)
-            total, peak = total + seconds, max(peak, mb)
+            seconds, mb, cpu_seconds = run_once(argv, self.cwd, env, self.ok)
+            total, peak = total + (cpu_seconds if cpu else seconds), max(peak, mb)
         return total, peak
 
 
-def paired(a: Cmd, b: Cmd, pairs: int, warm: bool = True) -> Pairs:
+def paired(a: Cmd, b: Cmd, pairs: int, warm: bool = True, cpu: bool = False) -> Pairs:
     if warm:  # page cache, bytecode and the engine's caches: not measured
         a.once()
         b.once()
     out = Pairs()
     for _ in range(pairs):
         for cmd, times, peak in ((a, out.a_seconds, "a_peak_mb"), (b, out.b_seconds, "b_peak_mb")):
-            seconds, mb = cmd.once()
+            seconds, mb = cmd.once(cpu)
             times.append(seconds)
             setattr(out, peak, max(getattr(out, peak), mb))
     return out
@@ -246,6 +256,7 @@ def pipeline_rows(work: Path, pairs: int) -> list[Row]:
                 "`rocmci-validate FILE` (the --source work without invoke: the pre-commit hook)",
                 direct, 0.1, "the same run", mem_target=80,
             ))  # fmt: skip
+    rows += generate_rows(pairs)
     ten = work / "test-amd-10x.yaml"
     replicate(VLLM, 10, ten)
     scale = paired(
@@ -261,6 +272,28 @@ def pipeline_rows(work: Path, pairs: int) -> list[Row]:
         scale.ratio <= 10 and mem_scale <= 10, f"memory ratio {mem_scale:.2f}", [round(r, 4) for r in scale.ratios],
     ))  # fmt: skip
     return rows
+
+
+def generate_rows(pairs: int) -> list[Row]:
+    """pipeline.generate (validation included, YAML out) next to ci-infra's own render, in CPU seconds."""
+    if not CI_INFRA_TEMPLATE.is_file():
+        return [skipped("generate vs ci-infra's render", f"{CI_INFRA_TEMPLATE} not found")]
+    render = REPO / "benchmarks" / "ci_infra_render.py"
+    reference = Cmd([sys.executable, str(render), str(CI_INFRA_TEMPLATE), str(VLLM)])
+    ref_name = "ci-infra's render (test-template-amd.j2 with minijinja, minijinja-cli's engine), CPU"
+    gen = paired(Cmd(invoke("pipeline.generate", "--source", str(VLLM), "--run-all")), reference, pairs, cpu=True)
+    row = ratio_row(
+        "`invoke pipeline.generate --source --run-all` (190-step file: load, generate, validate, YAML out), CPU",
+        gen, 2.0, ref_name,
+    )  # fmt: skip
+    floor = paired(Cmd(invoke("--list")), reference, pairs, cpu=True)
+    start = ratio_row(
+        "the floor: `invoke --list` (interpreter and invoke start-up, rocmci's tasks.py loaded), CPU",
+        floor, 2.0, "the same render",
+    )  # fmt: skip
+    start.target, start.met = "-", None
+    start.note = "what generate costs before reading a byte"
+    return [row, start]
 
 
 def startup_row(work: Path, pairs: int) -> Row:

@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     except RocmciError as exc:  # e.g. an unknown ROCMCI_* variable or a broken pyproject.toml
         print(f"{PROG}: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code
+    from rocmci.pipeline import service
+
+    service.skip_final_collection()  # the process ends after these files: no last scan of their objects
     results = [validate_file(path, s) for path in args.files]
     if args.json:
         print(as_json(results))

@@ -12,13 +12,30 @@ from pathlib import Path
 
 import pytest
 
-from rocmci.pipeline import bootstrap, citemplate, conformance, generate, service, source
+from rocmci.pipeline import (
+    bootstrap,
+    citemplate,
+    conformance,
+    generate,
+    inventory,
+    keepgoing,
+    rules,
+    service,
+    source,
+    validate,
+)
 from tests.conftest import REPO, run_invoke
 
 SHARED = REPO.parent / "shared" / "fixtures"
 TEMPLATE = SHARED / "ci-infra" / "buildkite" / "test-template-amd.j2"
 VLLM_FILES = [SHARED / "vllm" / "test-amd.yaml", SHARED / "vllm" / "test-amd.58da4ee04.yaml"]
+# Older eras of the same file (December 2025 upstream, a March 2026 fork): NVIDIA keys of the shared format,
+# steps no AMD mirror renders, and 2-node steps whose commands are per-node lists.
+OLDER_FILES = [SHARED / "vllm" / "test-amd.a0b421b7.yaml", SHARED / "vllm" / "test-amd.b47dcc58.yaml"]
 FEATURES = REPO / "tests" / "data" / "pipeline" / "conformance" / "features.yaml"
+WRONG_TYPES = REPO / "tests" / "data" / "pipeline" / "conformance" / "wrong-types.yaml"
+# Values of the wrong type or past a bound that rocmci once left out of the pipeline (issue #19 item 4).
+ONCE_DROPPED = REPO / "tests" / "data" / "pipeline" / "conformance" / "once-dropped.yaml"
 # A PR touching a few areas (paths taken from the step files' source_file_dependencies) and the runner.
 PR_CHANGES = (
     "vllm/distributed/parallel_state.py",
@@ -47,7 +64,9 @@ def rocmci_steps(step_file: Path, inputs: bootstrap.TemplateInputs) -> list:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("step_file", [*VLLM_FILES, FEATURES], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "step_file", [*VLLM_FILES, *OLDER_FILES, FEATURES, WRONG_TYPES, ONCE_DROPPED], ids=lambda p: p.name
+)
 def test_generator_equals_ci_infra_template(step_file, case):
     decision = bootstrap.decide(CASES[case])
     assert decision.skip is None
@@ -104,3 +123,62 @@ def test_pipeline_diff_task(tmp_path):
     done = run_invoke("pipeline.diff", "--template", str(broken), "--source", str(VLLM_FILES[1]), "--run-all")
     assert done.returncode == 1
     assert "x priority (different)" in done.stdout
+
+
+@pytest.mark.parametrize("case", ["pr", "run_all", "nightly"])
+@pytest.mark.parametrize("mirror_hw", ["amdproduction", "amdexperimental"])
+@pytest.mark.parametrize("step_file", OLDER_FILES, ids=lambda p: p.name)
+def test_older_step_files_generate_as_ci_infra_renders_them_with_nothing_held(step_file, mirror_hw, case):
+    """Files vLLM's real AMD CI ran: 0 errors (so --keep-going holds nothing) and the render, 2-node steps included."""
+    request = CASES[case]._replace(mirror_hw=mirror_hw)
+    inputs = bootstrap.decide(request).inputs
+    src = source.load_source(step_file, step_file.name)
+    generated = generate.generate(src, generate.Options(inputs=inputs))
+    ctx = rules.Context(inventory=inventory.load_inventory(service.packaged_inventory()), archs=("gfx942", "gfx950"))
+    report = validate.validate_generated(src, generated, ctx)
+    errors = [f for f in report.findings if f.severity == "error"]
+    if (step_file.name, mirror_hw) == ("test-amd.b47dcc58.yaml", "amdexperimental"):
+        # a true defect of that fork: with its block steps (a PR build) 506 steps for amdexperimental, past
+        # Buildkite's 500 per upload
+        assert [f.rule for f in errors] == (["step-limit"] if case == "pr" else [])
+        errors = []
+    assert errors == [], [f.text() for f in errors][:5]
+    pipeline, held = keepgoing.hold(src, generated, errors)
+    assert held == [] and pipeline == generated.pipeline
+    reference = citemplate.parse_pipeline(citemplate.render_ci_infra(TEMPLATE, step_file, inputs), "ci-infra render")
+    comparison = conformance.compare(reference, rocmci_steps(step_file, inputs))
+    assert not comparison.unexpected, comparison.summary(examples=10)
+    assert comparison.reference_steps == comparison.our_steps > 4
+    multi_node = [
+        s for _, s in conformance.flatten_steps(reference) if (s.get("env") or {}).get("VLLM_NODE_COMMAND_COUNT")
+    ]
+    # the 2-node steps: on mi325_4 (amdexperimental only) in December 2025; on mi250_4 and mi325_4, and for
+    # amdexperimental also mi355_4, in March 2026. Each node's commands arrive as a list, as minijinja-cli 2.3.1
+    # prints one (Rust's Debug format: ["a", "b"]; newer minijinja prints ['a', 'b'])
+    expected = {"a0b421b7": {"amdproduction": 0, "amdexperimental": 1}, "b47dcc58": {"amdproduction": 2}}
+    assert len(multi_node) == expected[step_file.name.split(".")[1]].get(mirror_hw, 3)
+    assert all(s["env"]["VLLM_NODE_COMMAND_1"].endswith('"]') for s in multi_node)
+
+
+def test_keep_going_holds_every_step_with_an_error_and_drops_none():
+    """Wrong types, no label, no pool: ci-infra renders such steps (the test above compares them), so rocmci
+    renders them too and --keep-going gates each one behind a block step; nothing is left out."""
+    inputs = bootstrap.decide(CASES["run_all"]).inputs
+    src = source.load_source(WRONG_TYPES, WRONG_TYPES.name)
+    generated = generate.generate(src, generate.Options(inputs=inputs))
+    ctx = rules.Context(inventory=inventory.load_inventory(service.packaged_inventory()), archs=("gfx942",))
+    report = validate.validate_generated(src, generated, ctx)
+    pipeline, held = keepgoing.hold(src, generated, report.findings)
+    rendered = [i for i, raw in enumerate(src.raw_steps) if source.renders(raw, inputs.mirror_hw)]
+    assert len(src.steps) == len(rendered) == 13
+    with_errors = keepgoing.errors_by_step(src, report.findings)
+    assert len(with_errors) >= 9  # all but the harmless types (a label 123, a mirror list written as text)
+    assert sorted(h.step_index for h in held) == sorted(with_errors) and {h.how for h in held} == {"held"}
+    members = pipeline["steps"][0]["steps"]
+    for h in held:  # each held step waits for its block step
+        step = next(
+            m
+            for m in members
+            if m.get("env", {}).get(generate.ORIGIN_ENV, "").endswith(f":{src.doc.pos(('steps', h.step_index)).line}")
+        )
+        assert step["depends_on"].startswith(("block-", "rocmci-hold-"))

@@ -100,8 +100,9 @@ def test_several_files_each_summary_names_its_file(vllm_checkout):
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     assert re.fullmatch(r"\.buildkite/test-amd\.yaml: 0 errors, 0 warnings in \d+ generated steps", lines[0])
-    assert "bad.yaml:4:3: error [source-schema] unknown step key 'agent_poll'; did you mean 'agent_pool'?" in lines
-    assert re.fullmatch(r"bad\.yaml: 2 errors, 0 warnings in \d+ generated steps?", lines[-1])
+    slip = "bad.yaml:4:3: error [source-schema] unknown step key 'agent_poll'; did you mean 'agent_pool'? "
+    assert any(line.startswith(slip) and "it is never scheduled" in line for line in lines), lines
+    assert re.fullmatch(r"bad\.yaml: 3 errors, 0 warnings in \d+ generated steps?", lines[-1])
 
 
 def test_json_has_one_entry_per_file(vllm_checkout):
@@ -112,9 +113,9 @@ def test_json_has_one_entry_per_file(vllm_checkout):
     assert [f["file"] for f in data["files"]] == [".buildkite/test-amd.yaml", "bad.yaml", "missing.yaml"]
     clean, bad, missing = data["files"]
     assert (clean["errors"], clean["steps"] > 100) == (0, True)
-    assert bad["errors"] == 2 and {f["rule"] for f in bad["findings"]} == {"source-schema"}
+    assert bad["errors"] == 3 and {f["rule"] for f in bad["findings"]} == {"source-schema", "unknown-queue"}
     assert missing["exit_code"] == 2 and "missing.yaml" in missing["error"]
-    assert data["errors"] == 2
+    assert data["errors"] == 3
     assert done.stderr.count("\n") == 1 and "missing.yaml" in done.stderr
 
 
@@ -159,7 +160,7 @@ def _hook_repo(tmp_path: Path) -> Path:
     return snapshot
 
 
-def try_repo(repo: Path, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+def try_repo(repo: Path, cwd: Path, home: Path, *, verbose: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             sys.executable,
@@ -172,7 +173,7 @@ def try_repo(repo: Path, cwd: Path, home: Path) -> subprocess.CompletedProcess[s
             ".buildkite/test-amd.yaml",
             "--color",
             "never",
-            "--verbose",
+            *(["--verbose"] if verbose else []),
         ],
         cwd=cwd,
         env=_env(PRE_COMMIT_HOME=str(home)),
@@ -202,3 +203,45 @@ def test_pre_commit_try_repo_in_a_vllm_checkout(tmp_path, vllm_checkout):
     assert re.search(r"validate AMD Buildkite step file\.+Failed", out), out
     assert f".buildkite/test-amd.yaml:{line}:3: error [source-schema] unknown step key 'agent_poll'" in out
     assert re.search(r"\.buildkite/test-amd\.yaml: [1-9]\d* errors?, ", out), out
+
+
+def _set_first_pool(step: Path, pool: str) -> None:
+    text = step.read_text(encoding="utf-8")
+    first = re.search(r"^  agent_pool: \S+$", text, flags=re.M)
+    assert first is not None
+    step.write_text(text[: first.start()] + f"  agent_pool: {pool}" + text[first.end() :], encoding="utf-8")
+
+
+def test_pre_commit_fails_on_a_mistyped_pool_and_shows_a_new_pools_warning_on_a_pass(tmp_path, vllm_checkout):
+    """Without --verbose, as a developer runs it: a slip of a known pool fails the commit with the pool it
+    should be; a new pool passes, and its warning is shown all the same (verbose: true in the manifest)."""
+    repo = _hook_repo(tmp_path)
+    step = vllm_checkout / ".buildkite" / "test-amd.yaml"
+    original = step.read_text(encoding="utf-8")
+    _set_first_pool(step, "mi30_2")
+    done = try_repo(repo, vllm_checkout, tmp_path / "pre-commit-home", verbose=False)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "error [unknown-queue] pool 'mi30_2'" in out and "did you mean mi300_2?" in out, out
+    assert "site-packages" not in out and "the inventory packaged with rocmci (setting 'inventory'" in out, out
+
+    step.write_text(original, encoding="utf-8")
+    _set_first_pool(step, "mi400_8")
+    done = try_repo(repo, vllm_checkout, tmp_path / "pre-commit-home", verbose=False)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert re.search(r"validate AMD Buildkite step file\.+Passed", out), out
+    assert "warning [unknown-queue] queue 'amd_mi400_8'" in out and "a new pool?" in out, out
+    assert re.search(r"\.buildkite/test-amd\.yaml: 0 errors, 1 warning in \d+ generated steps", out), out
+
+
+@pytest.mark.parametrize(
+    ("pool", "suggestion"),
+    [("mi30_2", "mi300_2"), ("mi300_3", "mi300_2"), ("MI300_2", "mi300_2"), ("m300_2", "mi300_2")],
+)
+def test_a_slip_of_a_known_pool_fails_the_hook(vllm_checkout, pool, suggestion):
+    _set_first_pool(vllm_checkout / ".buildkite" / "test-amd.yaml", pool)
+    done = hook(".buildkite/test-amd.yaml", cwd=vllm_checkout)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"error [unknown-queue] pool {pool!r}" in done.stdout
+    assert f"did you mean {suggestion}" in done.stdout

@@ -127,7 +127,18 @@ def test_real_vllm_files_generate_and_validate(vllm_fixtures: Path, tmp_path):
     )
     out = tmp_path / "vllm.yaml"
     assert run_invoke("pipeline.generate", "--source", str(current), "--out", str(out)).returncode == 0
-    assert run_invoke("pipeline.validate", "--pipeline", str(out)).returncode == 0
+    # What was written is ci-infra's render for the same inputs, field by field (plus the documented additions).
+    from rocmci.pipeline import bootstrap, citemplate, conformance
+
+    template = vllm_fixtures.parent / "ci-infra" / "buildkite" / "test-template-amd.j2"
+    inputs = bootstrap.decide(bootstrap.Request()).inputs  # no changed files given, not under Buildkite
+    reference = citemplate.parse_pipeline(citemplate.render_ci_infra(template, current, inputs), "ci-infra")
+    comparison = conformance.compare(reference, citemplate.parse_pipeline(out.read_text(), str(out)))
+    assert not comparison.unexpected, comparison.summary(examples=10)
+    assert comparison.our_steps == comparison.reference_steps == 384
+    validated = run_invoke("pipeline.validate", "--pipeline", str(out))
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+    assert validated.stdout.strip().endswith(": 0 errors, 0 warnings in 384 steps"), validated.stdout
 
 
 def test_real_april_file_findings_are_real(vllm_fixtures: Path):
@@ -215,7 +226,36 @@ def test_image_build_dry_run_shows_the_exact_command():
     assert [argv[argv.index("--target") + 1] for argv in commands] == ["ci_base", "test"]
     for argv in commands:
         assert argv[:2] == ["env", "DOCKER_BUILDKIT=1"] and argv[3] == "build", argv
-        arg = argv.index("--build-arg")
-        assert argv[arg : arg + 2] == ["--build-arg", "DEEPEP_ROCM_ARCH=gfx942;gfx950"]  # normalised and sorted
+        build_args = [argv[i + 1] for i, word in enumerate(argv) if word == "--build-arg"]
+        arch_args = [a for a in build_args if a.startswith("DEEPEP_ROCM_ARCH=")]
+        assert arch_args == ["DEEPEP_ROCM_ARCH=gfx942;gfx950"]  # normalised, sorted, given once
         assert argv[-1] == standin["ROCMCI_VLLM_SRC"]
     assert "nothing was built" in done.stderr
+
+
+def test_older_real_files_validate_clean_and_generate_without_holding_anything(vllm_fixtures: Path, tmp_path):
+    """December 2025 and March 2026: NVIDIA keys, steps no AMD mirror renders, 2-node steps. vLLM's CI ran them."""
+    for name, steps in (("test-amd.a0b421b7.yaml", 91), ("test-amd.b47dcc58.yaml", 471)):
+        path = vllm_fixtures / name
+        done = run_invoke("pipeline.validate", "--source", str(path))
+        assert done.returncode == 0, done.stdout
+        assert done.stdout.strip().endswith(f": 0 errors, 0 warnings in {steps} generated steps"), done.stdout
+        out = tmp_path / name
+        done = run_invoke("pipeline.generate", "--source", str(path), "--keep-going", "--out", str(out))
+        assert done.returncode == 0 and "--keep-going" not in done.stderr, done.stderr  # nothing held or left out
+        assert "block-rocmci" not in out.read_text() and "rocmci: " not in out.read_text()
+
+
+def test_a_file_with_no_step_for_the_mirror_is_valid_with_a_warning(tmp_path):
+    """ci-infra renders only the image build steps for it: so does generate, and validate warns (no exit 2)."""
+    step_file = DATA / "source" / "invalid" / "no-step-for-mirror.yaml"
+    done = run_invoke("pipeline.validate", "--source", str(step_file), env=TEST_INVENTORY)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "warning [no-step-for-mirror] no step lists mirror_hw 'amdproduction'" in done.stdout
+    assert "the steps list: amdexperimental" in done.stdout
+    done = run_invoke("pipeline.generate", "--source", str(step_file), env=TEST_INVENTORY)
+    assert done.returncode == 0, done.stderr
+    (group,) = yaml.safe_load(done.stdout)["steps"]
+    assert [s["key"] for s in group["steps"]] == ["refresh-rocm-base-amd", "ensure-ci-base-amd", "image-build-amd"]
+    done = run_invoke("pipeline.generate", "--source", str(step_file), "--mirror-hw", "amdexperimental")
+    assert done.returncode == 0 and len(yaml.safe_load(done.stdout)["steps"][0]["steps"]) == 4, done.stderr

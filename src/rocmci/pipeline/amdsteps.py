@@ -6,7 +6,6 @@ Values and key order follow the template text; generate.py decides which steps e
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rocmci.pipeline import scalars
@@ -36,6 +35,12 @@ _NEEDS_PARSE = frozenset("\\\n")
 _BUILD_ENV = {"DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "tty", "TERM": "xterm-256color"}
 
 
+def rust_item(value: Any) -> str:
+    """An item of a list printed by `join` or piped into a filter: a null there is minijinja's none, which
+    2.3.1 prints as `none` (only a missing value, undefined, prints nothing)."""
+    return "none" if value is None else rust_text(value)
+
+
 def rust_text(value: Any) -> str:
     """A value printed by `{{ value }}` in the Rust engine minijinja-cli uses."""
     if isinstance(value, bool):
@@ -43,7 +48,53 @@ def rust_text(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, list | dict):
-        return json.dumps(value, ensure_ascii=False)
+        return rust_debug(value)
+    if isinstance(value, float):
+        return scalars.rust_float(value)  # Rust's digits: 1e20 prints in full, NaN as NaN
+    return str(value)
+
+
+# minijinja-cli 2.3.1 (what bootstrap-amd.sh installs) prints a list or mapping with Rust's Debug format:
+# `["a", "b"]`, `{"k": 1}`, items as `none`, `true`, `1.0`, `1e20` (minijinja's value/mod.rs at 2.3:
+# Display of a sequence writes each item with `{:?}`). minijinja 2.24 and later (and the Python binding)
+# print Python-style instead (`['a', 'b']`, `None`, `True`): the version matters, and 2.3.1 is the one
+# the CI runs. A multi-node step's per-node command list reaches VLLM_NODE_COMMAND_<i> in this form.
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"', "\0": "\\0"}
+# Rust's char::is_printable is false for these Unicode categories (a space aside): Debug writes \u{..}.
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
+
+
+def _debug_text(text: str) -> str:
+    """Rust's `{:?}` of a str: double quotes; \\, \", \n, \t, \r, \0 escaped; other unprintables as \\u{hex}."""
+    if text.isascii() and text.isprintable() and "\\" not in text and '"' not in text:
+        return f'"{text}"'
+    import unicodedata
+
+    out = []
+    for char in text:
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif char != " " and unicodedata.category(char) in _UNPRINTABLE:
+            out.append(f"\\u{{{ord(char):x}}}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def rust_debug(value: Any) -> str:
+    """A value inside a printed list or mapping: Rust's Debug of minijinja's Value."""
+    if isinstance(value, str):
+        return _debug_text(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, float):
+        return scalars.rust_float_debug(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(rust_debug(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{rust_debug(k)}: {rust_debug(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 
@@ -116,7 +167,7 @@ def gpu_count(data: dict[str, Any]) -> int:
 
 def native_plugin(data: dict[str, Any]) -> list[dict[str, Any]]:
     """amd_native_k8s_plugin(): a dind: false step runs in a Kubernetes pod from this build's ci_base."""
-    gpus = str(gpu_count(data))
+    gpus = rust_text(gpu_count(data))
 
     def field_ref(name: str, path: str) -> dict[str, Any]:
         return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
@@ -159,10 +210,10 @@ def native_plugin(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 def runner_env(data: dict[str, Any], timeout: int, joined: str, ci_image: str) -> dict[str, Any]:
     """The env of a step that runs through run-amd-test.sh (everything but no_plugin steps)."""
-    native = data.get("dind") is False
+    native = scalars.jinja_eq(data.get("dind"), False)
     env: dict[str, Any] = {
         "BUILDKITE_ARTIFACT_UPLOAD_SKIP_SYMLINKS": "true",
-        "NUM_NODES": str(data.get("num_nodes") or 1),
+        "NUM_NODES": rust_text(data.get("num_nodes") or 1),
     }
     if native:
         env.update(
@@ -192,20 +243,22 @@ def runner_env(data: dict[str, Any], timeout: int, joined: str, ci_image: str) -
         VLLM_CI_ARTIFACT_GLOB=ARTIFACT_GLOB,
         VLLM_CI_RESULTS_ROOT=RESULTS_ROOT,
         VLLM_CI_DIAGNOSTICS_DIR=DIAGNOSTICS_DIR,
-        VLLM_CI_EXPECTED_GPU_COUNT=str(gpu_count(data)),
+        VLLM_CI_EXPECTED_GPU_COUNT=rust_text(gpu_count(data)),
     )
     container_timeout_s = timeout * 60 - 60 if timeout > 1 else timeout * 60  # a minute before Buildkite's
     if container_timeout_s:
         env["CONTAINER_TIMEOUT_S"] = str(container_timeout_s)
     workdir = rust_text(data.get("working_dir") or DEFAULT_WORKDIR)
     nodes = data.get("num_nodes")
-    if nodes and nodes >= 2:
+    if nodes and scalars.jinja_le(2, nodes):  # minijinja: text ("2") is greater than every number
         commands = data.get("commands") or []
+        # `length` of a number stops the template (validate reports it): no node commands here
+        commands = commands if isinstance(commands, str | list | dict) else []
         env["VLLM_CI_EXECUTION_MODE"] = "multi-node"
-        env["VLLM_NUM_GPUS_PER_NODE"] = str(data.get("num_gpus") or 1)
+        env["VLLM_NUM_GPUS_PER_NODE"] = rust_text(data.get("num_gpus") or 1)
         env["VLLM_NODE_COMMAND_COUNT"] = str(len(commands))
         for i, command in enumerate(commands):
-            env[f"VLLM_NODE_COMMAND_{i}"] = test_commands(rust_text(command), workdir)
+            env[f"VLLM_NODE_COMMAND_{i}"] = test_commands(rust_item(command), workdir)
     else:
         env["VLLM_CI_EXECUTION_MODE"] = "single-node"
         env["VLLM_TEST_COMMANDS"] = test_commands(joined, workdir)

@@ -4,13 +4,13 @@ bootstrap-amd.sh runs `minijinja-cli test-template-amd.j2 test-amd.yaml -D name=
 flags that change the engine) and pipes the result through `sed '/^[[:space:]]*$/d'`. That means:
 undefined attributes are lenient (render empty, compare false), no trim_blocks/lstrip_blocks, no
 auto-escaping (the name ends in .j2 with no inner extension), no Python-style methods, every -D value a
-string, and the step file read as YAML 1.2 (serde_yaml: `yes`/`on` stay strings). The Python binding of
-the same Rust engine (`minijinja` on PyPI) is configured to match.
+string, and the step file read by serde_yml's rules (a fork of serde_yaml 0.9: `yes`/`on` and `0100` stay
+strings; rocmci's yamldoc reads the same way). The Python binding of the same Rust engine (`minijinja` on
+PyPI) is configured to match. The rendered text is read as buildkite-agent reads it (scalars.read_pipeline).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 from rocmci import yamldoc
 from rocmci.errors import InputError
 from rocmci.files import read_text
+from rocmci.pipeline import amdsteps, scalars
 from rocmci.pipeline.bootstrap import TemplateInputs
 
 TEMPLATE_BYTES = 4 * 2**20  # ci-infra's template is about 40 KiB
@@ -33,7 +34,38 @@ def load_context(step_file: Path, what: str | None = "--source") -> dict[str, An
     doc = yamldoc.load(step_file, what=what)
     if not isinstance(doc.data, dict):
         raise InputError("the step file must be a mapping", where=doc.where(()))
-    return doc.data
+    # minijinja-cli prints a null as "none"; the Python binding hands the finalizer None for both null and
+    # undefined, so an env value that is null in the file (the one place the template prints one) is given
+    # as the text minijinja-cli would print.
+    for step in doc.data.get("steps") or ():
+        env = step.get("env") if isinstance(step, dict) else None
+        if isinstance(env, dict):
+            step.update(env={k: "none" if v is None else v for k, v in env.items()})
+    return _printed_as_2_3(doc.data)
+
+
+class _Seq(list):
+    """A list the binding prints as minijinja-cli 2.3.1 does (`["a", none]`); the binding calls str() on it."""
+
+    def __str__(self) -> str:
+        return amdsteps.rust_debug(self)
+
+
+class _Map(dict):
+    def __str__(self) -> str:
+        return amdsteps.rust_debug(self)
+
+
+def _printed_as_2_3(value: Any) -> Any:
+    """The step file's lists and mappings, printed the 2.3.1 way (amdsteps.rust_debug) wherever the template
+    prints one (a filter's argument included): the Python binding's engine is newer and prints them
+    Python-style. Scalars inside a list printed by `join` still print Python-style (`None`, `True`); no
+    conformance case has them."""
+    if isinstance(value, dict):
+        return _Map((k, _printed_as_2_3(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return _Seq(_printed_as_2_3(v) for v in value)
+    return value
 
 
 def _as_rust_prints(value: Any) -> Any:
@@ -47,7 +79,7 @@ def _as_rust_prints(value: Any) -> Any:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list | dict):
-        return json.dumps(value, ensure_ascii=False)
+        return amdsteps.rust_debug(value)
     return value
 
 
@@ -87,8 +119,8 @@ def render_ci_infra(template: Path, step_file: Path, inputs: TemplateInputs) -> 
 
 
 def parse_pipeline(text: str, where: str) -> list[Any]:
-    """A rendered (or generated) pipeline as Buildkite reads it: the list of top-level steps."""
-    data = yamldoc.parse(text, where).data  # bounded, YAML 1.2 core: what Buildkite's parser makes of it
+    """A rendered (or generated) pipeline as buildkite-agent reads it (scalars.read_pipeline): the top-level steps."""
+    data = scalars.read_pipeline(text, where).data
     if isinstance(data, dict):
         data = data.get("steps")
     if not isinstance(data, list):

@@ -25,6 +25,8 @@ class Pool(NamedTuple):
 
 @dataclass(frozen=True)
 class Inventory:
+    """The agent pools vLLM's AMD CI has, by queue name."""
+
     filename: str
     pools: dict[str, Pool]
 

@@ -85,6 +85,8 @@ def written_commands(step: StepRef) -> list[tuple[Path_, str]]:
 
 @dataclass
 class Pipeline:
+    """A pipeline's data, its steps and how a finding is placed."""
+
     data: dict[str, Any]  # mapping form; a list-form file is wrapped as {"steps": [...]}
     steps: list[StepRef]
     report: Reporter

@@ -11,10 +11,12 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from rocmci import arch as archmod
+from rocmci.errors import UsageError
 from rocmci.findings import ERROR, WARNING, Finding
 from rocmci.pipeline.inventory import Inventory, Pool
-from rocmci.pipeline.model import Pipeline, StepRef
-from rocmci.secrets import is_secret
+from rocmci.pipeline.model import Pipeline, StepRef, written_commands
+from rocmci.secrets import is_secret, secret_kind
+from rocmci.values import parse_int
 
 MAX_STEPS = 500  # Buildkite rejects an upload with more
 MAX_TIMEOUT = 180
@@ -53,13 +55,22 @@ _FAMILY_ARCH = {
     "mi350": "gfx950",
     "mi355": "gfx950",
 }
-_TP = re.compile(r"(?:^|\s)(?:-tp|--tensor-parallel-size)(?:=|\s+)(\d+)")
-_DP = re.compile(r"(?:^|\s)(?:-dp|--data-parallel-size)(?:=|\s+)(\d+)")
+# ASCII digits only, read by values.parse_int: 5,000 digits are a finding, not int()'s ValueError.
+_TP = re.compile(r"(?:^|\s)(-tp|--tensor-parallel-size)(?:=|\s+)([0-9]+)")
+_DP = re.compile(r"(?:^|\s)(-dp|--data-parallel-size)(?:=|\s+)([0-9]+)")
 
 
 class Context(NamedTuple):
     inventory: Inventory
     archs: tuple[str, ...]  # what the image's DeepEP is built for
+    inventory_what: str = ""  # the setting the inventory came from, or "the packaged inventory"
+
+
+def inventory_text(ctx: Context) -> str:
+    """The inventory as the user can change it: a setting, never a path inside site-packages."""
+    if ctx.inventory_what == "the packaged inventory":
+        return "the inventory packaged with rocmci (setting 'inventory': this checkout has no .buildkite/agents.yaml)"
+    return f"the inventory {ctx.inventory.filename}" + (f", {ctx.inventory_what}" if ctx.inventory_what else "")
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -195,11 +206,54 @@ def _pool_shape(queue: str) -> tuple[str | None, int | None]:
     match = _POOL_NAME.fullmatch(queue)
     if not match:
         return None, None
-    return _FAMILY_ARCH.get(match.group(1)), int(match.group(2)) if match.group(2) else None
+    try:
+        gpus = parse_int(match.group(2), "GPUs") if match.group(2) else None
+    except UsageError:  # amd_mi300_<5,000 digits>: no pool has that shape
+        gpus = None
+    return _FAMILY_ARCH.get(match.group(1)), gpus
+
+
+_WELL_FORMED_POOL = re.compile(r"mi[1-9]\d{2}(?:_(\d+))?(?:_[a-z0-9]+)?")
+
+
+def _pool_distance(a: str, b: str) -> int:
+    from rocmci.pipeline.source import _distance
+
+    return _distance(a, b, 1)
+
+
+def near_pools(name: str, known: list[str]) -> list[str]:
+    """The known pools that `name` is a slip of, best first; [] when it reads as a new pool.
+
+    A slip: another case (MI300_2), one character added, dropped, changed or swapped (mi30_2, m300_2),
+    or a GPU count that no pool has because it is not a power of two (mi300_3). A well-formed name with
+    a power-of-two GPU count (mi400_8, mi300_16, mi355_dpx) may be a new pool, so it is not a slip.
+    """
+    if name in known:
+        return []
+    lowered = [k for k in known if k.lower() == name.lower()]
+    if lowered:
+        return lowered
+    shape = _WELL_FORMED_POOL.fullmatch(name)
+    gpus = shape.group(1) if shape else None
+    if shape and (gpus is None or (len(gpus) < 4 and int(gpus) & (int(gpus) - 1) == 0 and int(gpus) > 0)):
+        return []
+    close = [k for k in known if _pool_distance(name, k) <= 1]
+
+    def nearness(k: str) -> tuple:
+        theirs = _WELL_FORMED_POOL.fullmatch(k)
+        if gpus and theirs and theirs.group(1) and len(gpus) < 4:
+            return (abs(int(theirs.group(1)) - int(gpus)), k)
+        return (0, k)
+
+    return sorted(close, key=nearness)
 
 
 def known_queue(p: Pipeline, ctx: Context) -> Iterator[Finding]:
-    """A queue the inventory does not list may be a new pool (a warning); no queue at all is an error."""
+    """A queue a step has slipped on (amd_mi30_2) is an error: no agent serves it, so the step is never
+    scheduled. One far from every known pool may be a new pool: a warning. No queue at all is an error."""
+    inventory = ctx.inventory
+    names = sorted(inventory.pools)
     for step in p.steps:
         if step.kind != "command":
             continue
@@ -211,23 +265,38 @@ def known_queue(p: Pipeline, ctx: Context) -> Iterator[Finding]:
                 ERROR,
                 "no agents queue: the step would fall through to the default queue; set agents: {queue: ...}",
             )
-        elif ctx.inventory.by_queue(queue) is None:
-            arch, gpus = _pool_shape(queue)
-            # Suggest only a pool that runs the same job: same arch and the same GPUs per agent.
-            alike = sorted(
-                pool.queue
-                for pool in ctx.inventory.pools.values()
-                if arch is not None and gpus is not None and pool.arch == arch and pool.gpus == gpus
-            )
-            close = difflib.get_close_matches(queue, alike, n=1, cutoff=0.5)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            continue
+        if inventory.by_queue(queue) is not None:
+            continue
+        # A generated step's queue is amd_<agent_pool>: judge the pool name the user wrote.
+        pool = queue[4:] if queue.startswith("amd_") else queue
+        if not pool:
             yield p.report(
                 _agents_path(step),
                 "unknown-queue",
-                WARNING,
-                f"queue {queue!r} is not in the inventory {ctx.inventory.filename}: a new pool? "
-                f"add it there (agents: false if it is drained){hint}",
+                ERROR,
+                f"queue {queue!r} names no pool (a step without agent_pool): no agent serves it, the step would "
+                "never be scheduled",
             )
+            continue
+        slips = near_pools(pool, names)
+        if slips:
+            shown = " or ".join(slips[:2])
+            yield p.report(
+                _agents_path(step),
+                "unknown-queue",
+                ERROR,
+                f"pool {_short(pool)!r} (queue {_short(queue)!r}) is not in {inventory_text(ctx)}; "
+                f"did you mean {shown}? No agent serves that queue: the step would never be scheduled",
+            )
+            continue
+        yield p.report(
+            _agents_path(step),
+            "unknown-queue",
+            WARNING,
+            f"queue {_short(queue)!r} is not in {inventory_text(ctx)}: a new pool? "
+            "add it there (agents: false if it is drained), or the step waits for an agent that may not exist",
+        )
 
 
 def pool_has_agents(p: Pipeline, ctx: Context) -> Iterator[Finding]:
@@ -250,8 +319,15 @@ def pool_has_agents(p: Pipeline, ctx: Context) -> Iterator[Finding]:
         )
 
 
+def _size(match: re.Match | None) -> int:
+    return parse_int(match.group(2), match.group(1)) if match else 1
+
+
 def parallel_size(text: str) -> int:
-    """GPUs the largest `-tp N -dp M` command asks for; 0 when no command names either."""
+    """GPUs the largest `-tp N -dp M` command asks for; 0 when no command names either.
+
+    UsageError (one line naming the flag) for a number longer than any GPU count.
+    """
     if "-tp" not in text and "-dp" not in text and "-parallel-size" not in text:
         return 0  # most commands: a substring test is far cheaper than the two searches
     best = 0
@@ -259,7 +335,7 @@ def parallel_size(text: str) -> int:
         tp = _TP.search(part)
         dp = _DP.search(part)
         if tp or dp:
-            best = max(best, (int(tp.group(1)) if tp else 1) * (int(dp.group(1)) if dp else 1))
+            best = max(best, _size(tp) * _size(dp))
     return best
 
 
@@ -269,7 +345,12 @@ def gpu_count(p: Pipeline, ctx: Context) -> Iterator[Finding]:
             continue
         env = step.data.get("env") if isinstance(step.data.get("env"), dict) else {}
         raw = env.get("VLLM_CI_EXPECTED_GPU_COUNT")
-        expected = int(raw) if isinstance(raw, str | int) and str(raw).isdigit() else None
+        expected = None
+        if raw is not None and not (isinstance(raw, str) and ("$" in raw or not raw.strip())):
+            try:
+                expected = parse_int(raw, "VLLM_CI_EXPECTED_GPU_COUNT", low=0)
+            except UsageError as exc:  # '²', 'two', 5,000 digits: run-amd-test.sh cannot use it either
+                yield p.report((*step.path, "env", "VLLM_CI_EXPECTED_GPU_COUNT"), "gpu-count", ERROR, exc.message)
         pool = _pool(step, p, ctx)
         if pool is not None and expected is not None and expected > pool.gpus:
             yield p.report(
@@ -282,7 +363,11 @@ def gpu_count(p: Pipeline, ctx: Context) -> Iterator[Finding]:
         if available is None:
             continue
         for path, text in p.commands(step):
-            size = parallel_size(text)
+            try:
+                size = parallel_size(text)
+            except UsageError as exc:
+                yield p.report(path, "gpu-count", ERROR, exc.message)
+                continue
             if size > available:
                 yield p.report(
                     path,
@@ -325,18 +410,24 @@ def _strings(value: Any, path: tuple) -> Iterator[tuple[tuple, str]]:
             yield from _strings(v, (*path, i))
 
 
-def _dollar_texts(value: Any, out: set[str]) -> set[str]:
+def _dollar_texts(value: Any, out: set[str], seen: set[int] | None = None) -> set[str]:
     """Every distinct string in `value` that holds a '$': a generated pipeline repeats a few of them
-    in every step, and walking the values is cheaper than dumping the document to search it."""
+    in every step, and walking the values is cheaper than dumping the document to search it. Shared
+    parts (see _texts_outside_env) are walked once."""
+    seen = set() if seen is None else seen
     if isinstance(value, str):
         if "$" in value:
             out.add(value)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _dollar_texts(v, out)
-    elif isinstance(value, list):
-        for v in value:
-            _dollar_texts(v, out)
+    elif isinstance(value, dict | list):
+        if id(value) in seen:
+            return out
+        seen.add(id(value))
+        for v in value.values() if isinstance(value, dict) else value:
+            if isinstance(v, str):
+                if "$" in v:
+                    out.add(v)
+            else:
+                _dollar_texts(v, out, seen)
     return out
 
 
@@ -358,7 +449,11 @@ def interpolation(p: Pipeline, ctx: Context) -> Iterator[Finding]:
         data = step.data
         if step.kind == "group" and isinstance(data, dict):
             data = {k: v for k, v in data.items() if k != "steps"}  # its members are steps of their own
-        for path, text in _strings(data, step.path):
+        # What the step runs is judged command by command, at each command's own line (for a generated
+        # step, the step file's list item rather than the joined VLLM_TEST_COMMANDS).
+        run = {path for path, _ in written_commands(step)}
+        texts = [(path, text) for path, text in _strings(data, step.path) if path not in run]
+        for path, text in [*p.commands(step), *texts]:
             found = _undefined(text, defined) if "$" in text else None
             if found is None:
                 continue
@@ -399,6 +494,7 @@ def secrets_in_plain_text(p: Pipeline, ctx: Context) -> Iterator[Finding]:
     key, a long random string), so a credential under an innocent name is caught too. The message
     never repeats the value.
     """
+    yield from _secrets_outside_env(p)
     places = [(("env",), p.env)] + [((*s.path, "env"), s.data.get("env")) for s in p.steps if isinstance(s.data, dict)]
     envs = [(base, env) for base, env in places if isinstance(env, dict)]
     # A generated pipeline repeats the same few hundred pairs in every step: judge each pair once.
@@ -411,6 +507,62 @@ def secrets_in_plain_text(p: Pipeline, ctx: Context) -> Iterator[Finding]:
             message = flagged.get((name, value)) if isinstance(value, str | int) else None
             if message:
                 yield p.report((*base, name), "secret-in-pipeline", ERROR, message)
+
+
+def _texts_outside_env(value: Any, out: set[str], seen: set[int]) -> set[str]:
+    """Every distinct string of a step but its env (judged by name and value above), keys included.
+
+    `seen`: the ids of the lists and mappings already walked. A generated pipeline shares the parts every
+    step repeats (the pod patch, the retry rules) and a group holds its members: each is walked once."""
+    if isinstance(value, str):
+        out.add(value)
+    elif isinstance(value, dict | list):
+        if id(value) in seen:
+            return out
+        seen.add(id(value))
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k != "env":
+                    out.add(str(k))
+                    if not isinstance(v, str):
+                        _texts_outside_env(v, out, seen)
+                    else:
+                        out.add(v)
+        else:
+            for v in value:
+                if isinstance(v, str):
+                    out.add(v)
+                else:
+                    _texts_outside_env(v, out, seen)
+    return out
+
+
+def _secret_shape(text: str) -> str | None:
+    return secret_kind(text, whole=" " not in text.strip() and "$" not in text)
+
+
+def _secrets_outside_env(p: Pipeline) -> Iterator[Finding]:
+    """A token in a label, an agent tag or a command is published with the pipeline just as an env value is."""
+    steps = [s for s in p.steps if isinstance(s.data, dict)]
+    texts: set[str] = set()
+    seen: set[int] = set()
+    for s in steps:
+        _texts_outside_env(s.data, texts, seen)
+    found = {t for t in texts if _secret_shape(t)}
+    if not found:
+        return  # the usual case, answered from the distinct strings
+    for step in steps:
+        for path, text in _strings({k: v for k, v in step.data.items() if k not in ("env", "steps")}, step.path):
+            key = path[-1]
+            culprit = text if text in found else (key if isinstance(key, str) and key in found else None)
+            if culprit is not None:
+                yield p.report(
+                    path,
+                    "secret-in-pipeline",
+                    ERROR,
+                    f"{'this value' if culprit == text else 'this name'} looks like {_secret_shape(culprit)} and is "
+                    "written into the pipeline in plain text; remove it and give it to the agents as a secret",
+                )
 
 
 def timeouts(p: Pipeline, ctx: Context) -> Iterator[Finding]:
@@ -475,4 +627,6 @@ RULE_IDS = (
     "secret-in-pipeline",
     "timeout",
     "template-escape",
+    "control-character",
+    "no-step-for-mirror",
 )

@@ -9,7 +9,8 @@ from typing import Any
 from rocmci import yamldoc
 from rocmci.errors import InputError
 from rocmci.findings import ERROR, Finding
-from rocmci.pipeline import rules, schema
+from rocmci.pipeline import amdsteps as amd
+from rocmci.pipeline import rules, scalars, schema
 from rocmci.pipeline.generate import ORIGIN_ENV, Generated
 from rocmci.pipeline.model import Pipeline, walk_steps, written_commands
 from rocmci.pipeline.source import SourceFile, SourceStep
@@ -32,6 +33,8 @@ _SOURCE_KEY = {
 
 @dataclass
 class Report:
+    """Findings and the number of steps judged."""
+
     findings: list[Finding] = field(default_factory=list)
     steps: int = 0
     subject: str = "steps"  # what `steps` counts, for the summary line
@@ -117,6 +120,14 @@ def _source_path(step: SourceStep, rest: tuple) -> tuple:
         return (*base, *rest)  # the virtual per-command paths of _source_commands
     if rest[:1] == ("env",) and len(rest) > 1 and rest[1] in (step.data.get("env") or {}):
         return (*base, "env", rest[1])  # a no_plugin step's env entry, copied from the step file
+    tags = step.data.get("agent_tags")
+    if rest[:1] == ("agents",) and len(rest) > 1 and isinstance(tags, dict) and rest[1] in tags:
+        return (*base, "agent_tags", rest[1])  # a native step's agent tag, copied from the step file
+    if rest[:2] == ("env", "VLLM_NODE_COMMAND_COUNT"):
+        return (*base, "commands") if "commands" in step.data else base
+    if rest[:1] == ("env",) and len(rest) > 1 and str(rest[1]).startswith("VLLM_NODE_COMMAND_"):
+        node = str(rest[1]).rpartition("_")[2]
+        return (*base, "commands", int(node)) if node.isdigit() and len(node) < 4 else (*base, "commands")
     src_key = next((_SOURCE_KEY[p] for p in reversed(rest) if p in _SOURCE_KEY), None)
     return (*base, src_key) if src_key and src_key in step.data else base
 
@@ -132,9 +143,16 @@ def _source_commands(generated: Generated):
                 data = step.data
                 if isinstance(data.get("command"), str):
                     return [((*path, "command"), data["command"])]
-                return [
-                    ((*path, "commands", i), c) for i, c in enumerate(data.get("commands") or []) if isinstance(c, str)
-                ]
+                out = []
+                listed = data.get("commands")
+                if isinstance(listed, str):  # joined character by character: the text itself runs
+                    return [((*path, "commands"), listed)]
+                for i, c in enumerate(listed if isinstance(listed, list) else []):
+                    if isinstance(c, str):
+                        out.append(((*path, "commands", i), c))
+                    elif isinstance(c, list):  # one node's commands (num_nodes >= 2)
+                        out += [((*path, "commands", i, j), n) for j, n in enumerate(c) if isinstance(n, str)]
+                return out
         return written_commands(ref)
 
     return commands
@@ -164,6 +182,54 @@ def _whole_pipeline(
     return Finding.at(doc, ("steps",), rule, severity, message)
 
 
+def _breaks(fn, text: str) -> bool:
+    """Whether the template's paste of `text` breaks the YAML or changes the value (scalars.py decides)."""
+    try:
+        return fn(text) != text
+    except scalars.TemplateBreak:
+        return True
+
+
+def _problem_at(data: dict, key: str) -> tuple:
+    """The list item or entry under `key` that a template problem comes from, so that the finding sits on
+    its own line (a command, a node's command, an env entry, an agent tag); the key when none is alone at fault."""
+    value = data.get(key)
+    if key == "commands" and isinstance(value, list):
+        for i, item in enumerate(value):
+            for j, text in enumerate(item) if isinstance(item, list) else [(None, item)]:
+                if not isinstance(text, str):
+                    continue
+                # no_plugin pastes the commands bare; otherwise into VLLM_TEST_COMMANDS' double quotes
+                broken = (
+                    _breaks(scalars.plain_string, text) if data.get("no_plugin") else _raises(amd.test_commands, text)
+                )
+                if broken:
+                    return (key, i) if j is None else (key, i, j)
+    if key in ("env", "agent_tags") and isinstance(value, dict):
+        for name, item in value.items():
+            if _breaks(scalars.plain_key, amd.rust_text(name)):
+                return (key, name)
+            fn = scalars.plain_string if key == "env" else scalars.double_quoted
+            if item is not None and _breaks(fn, amd.rust_text(item)):
+                return (key, name)
+    return (key,)
+
+
+def _raises(fn, text: str) -> bool:
+    try:
+        fn(text, "/w")
+    except scalars.TemplateBreak:
+        return True
+    return False
+
+
+def _masked(text: str) -> str:
+    """A step's name as a finding shows it: a token in a label (a finding itself) is never printed."""
+    from rocmci.secrets import Redactor
+
+    return Redactor()(text)
+
+
 def validate_generated(source: SourceFile, generated: Generated, ctx: rules.Context) -> Report:
     """A pipeline generated in memory: findings point at the source step (and line) that produced the bad part."""
     doc = source.doc
@@ -176,17 +242,24 @@ def validate_generated(source: SourceFile, generated: Generated, ctx: rules.Cont
         step = generated.origins[path[3]] if inside else None
         if step is None:
             return Finding(where_generated, 1, 1, rule, severity, f"template step {path}: {message}")
-        key = generated.steps[path[3]].get("key") or generated.steps[path[3]].get("label", "?")
+        key = _masked(str(generated.steps[path[3]].get("key") or generated.steps[path[3]].get("label", "?")))
         origin = f"{doc.filename}:{doc.pos(('steps', step.index)).line}"
         return Finding.at(doc, _source_path(step, path[4:]), rule, severity, f"{message} [step {key}]", origin)
 
     steps = walk_steps(generated.pipeline, lambda path, step: None)
     pipeline = Pipeline(generated.pipeline, steps, report_at, _source_commands(generated))
-    findings = list(source.findings) + check(pipeline, ctx)
+    findings = source.findings_for(generated.mirror_hw) + check(pipeline, ctx)
     findings += [
-        Finding.at(doc, ("steps", pr.step.index, pr.key), "template-escape", ERROR, pr.message)
+        Finding.at(doc, ("steps", pr.step.index, *_problem_at(pr.step.data, pr.key)), pr.rule, ERROR, pr.message)
         for pr in generated.problems
     ]
+    # A secret is found in the step file and again where the template copies it: one finding per place,
+    # the generated pipeline's (it names the env variable the job would see).
+    seen: set[tuple] = set()
+    for f in reversed([f for f in findings if f.rule == "secret-in-pipeline"]):
+        if (f.file, f.line) in seen:
+            findings.remove(f)
+        seen.add((f.file, f.line))
     report = Report(findings=findings, steps=len(steps), subject="generated steps")
     report.findings.sort()
     return report
