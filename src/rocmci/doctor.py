@@ -9,11 +9,12 @@ from pathlib import Path
 
 from rocmci import gpus as gpumod
 from rocmci import labels as label
+from rocmci.engine import START_HINT
 from rocmci.errors import EngineError, PreflightError, UsageError
 from rocmci.report import plural
 
 NEEDS = {
-    "build": ("docker engine", "buildkit", "free disk"),
+    "build": ("docker engine", "buildkit", "dockerfile features", "free disk"),
     "run": ("docker engine", "/dev/kfd", "render nodes", "AMD GPUs", "image"),
     "pipeline": ("step file", "inventory"),
 }
@@ -79,6 +80,29 @@ def engine_checks(engine, image_ref: str | None, want_buildkit: bool) -> list[Ch
     else:
         checks.append(Check("image", True, f"{image_ref}: archs {labels.get(label.ARCH, 'unlabelled')}"))
     return checks
+
+
+def features_check(engine, checkout: Path | None, engine_ok: bool) -> Check:
+    """Whether the builder accepts every BuildKit feature vLLM's Dockerfile uses (asked of the builder)."""
+    name = "dockerfile features"
+    if checkout is None:
+        return Check(name, True, "not checked (no vLLM checkout: --vllm-src)")
+    if not engine_ok:
+        return Check(name, False, "engine not reachable", START_HINT)
+    from rocmci.checkout import load
+    from rocmci.image import features
+
+    df = load(checkout)
+    found = features.uses(df)
+    try:
+        gaps = features.missing(found, engine.parses)
+    except EngineError as exc:
+        return Check(name, False, exc.message, exc.hint or "")
+    if gaps:
+        more = f" (and {len(gaps) - 1} more)" if len(gaps) > 1 else ""
+        return Check(name, False, features.describe(df, gaps[0]) + more, features.WHAT_TO_DO)
+    used = ", ".join(u.feature for u in found) or "none beyond the classic builder's"
+    return Check(name, True, f"{df.display}: {used}; all accepted by {engine.client}")
 
 
 def disk_check(path: Path) -> Check:

@@ -21,7 +21,11 @@ from pathlib import Path
 from rocmci import labels as label
 from rocmci.errors import EngineError
 
-START_HINT = "start it (as root: dockerd --bridge=none --iptables=false &, or systemctl start docker) and retry"
+# What a user's machine needs (the service); how this project's own sandbox starts an engine by hand is
+# .ci/run's business, not advice for users.
+START_HINT = (
+    "start the Docker service (e.g. `sudo systemctl start docker`) or set DOCKER_HOST to a running engine, then retry"
+)
 # Debian's docker.io installs its client here; it builds with BuildKit without the buildx plugin.
 DEBIAN_CLIENT = "/usr/bin/docker"
 LABEL_KEY = label.MANAGED
@@ -47,9 +51,19 @@ def _run(argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: flo
         raise EngineError(
             f"docker client {argv[0]!r} not found", hint="install docker.io or set ROCMCI_DOCKER"
         ) from None
+    except OSError as exc:  # not executable, a folder, a wrong binary format: the client, not rocmci
+        raise client_error(argv[0], exc) from None
     except subprocess.TimeoutExpired:
         raise EngineError(f"`{' '.join(argv[:3])}` did not answer within {timeout:.0f}s", hint=START_HINT) from None
     return Completed(proc.returncode, proc.stdout, proc.stderr)
+
+
+def client_error(client: str, exc: OSError) -> EngineError:
+    why = exc.strerror or type(exc).__name__
+    return EngineError(
+        f"docker client {client!r} cannot be run: {why}",
+        hint="set ROCMCI_DOCKER to an executable docker client (or auto), or fix its permissions",
+    )
 
 
 def _client_major(client: str) -> int | None:
@@ -221,3 +235,89 @@ class Engine:
             return process.stream(argv, on_line, env=env).returncode
         except FileNotFoundError:
             raise EngineError(f"docker client {argv[0]!r} not found", hint="install docker.io") from None
+        except OSError as exc:
+            raise client_error(argv[0], exc) from None
+
+    # --- images: identity, pulls, what the builder can parse -------------------------------------
+
+    def image_attrs(self, ref: str) -> dict | None:
+        """`docker image inspect` of a local image (Id, RepoDigests, Config), or None when there is none."""
+        import docker
+
+        try:
+            return dict(self._call(lambda: self.sdk.api.inspect_image(ref)))
+        except docker.errors.NotFound:
+            return None
+
+    def image_digest(self, ref: str) -> str | None:
+        """An immutable name for what `ref` is now: its pinned digest, a registry digest, or the local image ID.
+
+        A registry digest (RepoDigests) is preferred: it names the same image on every host. An image
+        that was only built or imported here has none, and its ID (the sha256 of its config) is
+        content-addressed too. None when the engine holds no such image.
+        """
+        if "@sha256:" in ref:
+            return ref.rsplit("@", 1)[1]
+        attrs = self.image_attrs(ref)
+        if attrs is None:
+            return None
+        repo = _repository(ref)
+        for pinned in attrs.get("RepoDigests") or ():
+            if _repository(pinned) == repo:
+                return pinned.rsplit("@", 1)[1]
+        return str(attrs.get("Id") or "") or None
+
+    def pull(self, ref: str, timeout: float = 3600) -> None:
+        done = self.cli("pull", "--quiet", ref, timeout=timeout, check=False)
+        if done.returncode != 0:
+            raise _engine_error(done.stderr) or EngineError(
+                f"docker pull {ref} failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}",
+                hint="check the name and registry access, or drop --pull to use the local image",
+            )
+
+    def parses(self, dockerfile: str) -> tuple[bool, str]:
+        """Whether the builder `docker build` reaches accepts this Dockerfile's syntax.
+
+        The probe is built for real and fails on purpose right after parsing (a missing file, an
+        unreachable URL, a command on an empty image): only a parse error counts as "cannot", so
+        the answer is the builder's own, whatever its version. Nothing is created, nothing is fetched.
+        """
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="rocmci-probe-") as ctx:
+            with open(os.path.join(ctx, "Dockerfile"), "w", encoding="utf-8") as fh:
+                fh.write(dockerfile)
+            done = _run([self.client, "build", "--network", "none", "-q", ctx], env=self.build_env, timeout=60)
+        text = done.stderr + done.stdout
+        err = _engine_error(text)
+        if err is not None:
+            raise err
+        m = _PARSE_ERROR.search(text)
+        return (False, m.group(0).strip()) if m else (True, "accepted")
+
+    def builder(self) -> tuple[str, str] | None:
+        """The active buildx builder (name, driver), or None when the client has no buildx."""
+        if not _has_buildx(self.client):
+            return None
+        done = _run([self.client, "buildx", "inspect"], timeout=30)
+        return parse_buildx_inspect(done.stdout) if done.returncode == 0 else None
+
+
+_PARSE_ERROR = re.compile(r"(?:dockerfile parse error|unknown instruction|Unknown flag)[^\n]*", re.I)
+
+
+def parse_buildx_inspect(text: str) -> tuple[str, str] | None:
+    """Name and driver from `docker buildx inspect` (its first "Name:" and "Driver:" lines)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("Name", "Driver") and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    return (fields["Name"], fields["Driver"]) if {"Name", "Driver"} <= fields.keys() else None
+
+
+def _repository(ref: str) -> str:
+    """The repository part of a reference: without @digest and :tag (a registry port stays)."""
+    name = ref.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]

@@ -18,6 +18,7 @@ ARCH = "rocmci.arch"  # DEEPEP_ROCM_ARCH, canonical ';' list
 VLLM_ARCH = "rocmci.vllm.arch"
 VLLM_COMMIT = "rocmci.vllm.commit"
 BASE_IMAGE = "rocmci.base-image"
+BASE_IMAGE_DIGEST = "rocmci.base-image.digest"  # registry digest or image ID BASE_IMAGE had at build time
 CI_BASE_IMAGE = "rocmci.ci-base-image"
 DEEPEP_REPO = "rocmci.deepep.repo"
 DEEPEP_REF = "rocmci.deepep.ref"
@@ -29,17 +30,37 @@ RETARGET_FROM = "rocmci.retarget.from"
 INPUT_HASH = "rocmci.input-hash"
 ROCM_FIXES = "rocmci.rocm.fixes"  # evidence for workarounds: fixes the base image carries
 
+# Labels vLLM's own CI writes (read, never written, by rocmci): ci-bake-rocm.sh on its CI images,
+# refresh-base-image.sh on the ROCm base. Checked against those scripts in tests/unit/test_images.py.
+VLLM_DEEPEP_ARCH = "vllm.rocm.deepep_rocm_arch"
+VLLM_PYTORCH_ARCH = "vllm.rocm.pytorch_rocm_arch"
+VLLM_DEEPEP_REPO = "vllm.rocm.deepep_repo"
+VLLM_DEEPEP_COMMIT = "vllm.rocm.deepep_commit"
+VLLM_DEEPEP_NIC = "vllm.rocm.deepep_nic"
+VLLM_ROCSHMEM_REPO = "vllm.rocm.rocshmem_repo"
+VLLM_ROCSHMEM_COMMIT = "vllm.rocm.rocshmem_commit"
+VLLM_BASE_IMAGE = "vllm.rocm.base_image"
+VLLM_ROCM_VERSION = "vllm.rocm_base.dependency.rocm"
+VLLM_BASE_PYTORCH_ARCH = "vllm.rocm_base.pytorch_rocm_arch"
+# Where the DeepEP arch list of an image is read, first match wins.
+ARCH_LABELS = (ARCH, VLLM_DEEPEP_ARCH)
+
 # What `image.inspect` shows, in order: (title, label keys joined with " @ ").
 INSPECT_ROWS: tuple[tuple[str, ...], ...] = (
     ("target", TARGET),
     ("archs (DEEPEP_ROCM_ARCH)", ARCH),
+    ("vLLM CI: DeepEP archs", VLLM_DEEPEP_ARCH),
+    ("vLLM CI: PyTorch archs", VLLM_PYTORCH_ARCH),
+    ("vLLM CI: DeepEP", VLLM_DEEPEP_REPO, VLLM_DEEPEP_COMMIT),
+    ("vLLM CI: rocSHMEM", VLLM_ROCSHMEM_REPO, VLLM_ROCSHMEM_COMMIT),
+    ("vLLM CI: base image", VLLM_BASE_IMAGE),
     ("vLLM archs", VLLM_ARCH),
     ("DeepEP", DEEPEP_REPO, DEEPEP_REF),
     ("DeepEP NIC", DEEPEP_NIC),
     ("DeepEP setup flags", DEEPEP_FLAGS),
     ("rocSHMEM", ROCSHMEM_REPO, ROCSHMEM_REF),
     ("vLLM commit", VLLM_COMMIT),
-    ("base image", BASE_IMAGE),
+    ("base image", BASE_IMAGE, BASE_IMAGE_DIGEST),
     ("CI base image", CI_BASE_IMAGE),
     ("retargeted from", RETARGET_FROM),
     ("input hash", INPUT_HASH),

@@ -48,7 +48,8 @@ def test_engine_not_running_is_one_line_naming_how_to_start_it(tmp_path):
     done = run_invoke("doctor", "--for", "build", env={"DOCKER_HOST": f"unix://{tmp_path}/no.sock"})
     assert done.returncode == 5
     assert "docker engine" in done.stdout and "the Docker engine is not running" in done.stdout
-    assert "dockerd --bridge=none --iptables=false" in done.stderr
+    assert "start the Docker service" in done.stderr
+    assert "--bridge=none" not in done.stderr + done.stdout  # the sandbox's way, not a user's
     assert "Traceback" not in done.stderr
 
 
@@ -56,3 +57,24 @@ def test_unknown_purpose_is_a_usage_error():
     done = run_invoke("doctor", "--for", "lunch")
     assert done.returncode == 2
     assert "unknown --for 'lunch'" in done.stderr
+
+
+def test_doctor_asks_the_builder_about_the_checkouts_dockerfile_features(engine, tmp_path):
+    from tests.conftest import REPO
+
+    done = run_invoke("doctor", "--json", "--vllm-src", str(REPO / "tests" / "data" / "vllm-standin"))
+    checks = {c["name"]: c for c in json.loads(done.stdout)}
+    assert checks["dockerfile features"]["ok"], checks["dockerfile features"]
+    assert checks["dockerfile features"]["detail"].startswith("docker/Dockerfile.rocm: RUN --mount; all accepted")
+    heredoc = tmp_path / "vllm"
+    (heredoc / "docker").mkdir(parents=True)
+    (heredoc / "setup.py").write_text("")
+    (heredoc / "docker" / "Dockerfile.rocm").write_text("FROM scratch AS ci_base\nRUN <<EOF\ntrue\nEOF\n")
+    refused = run_invoke("doctor", "--for", "build", "--vllm-src", str(heredoc))
+    assert refused.returncode == 5
+    assert "docker/Dockerfile.rocm:2 uses heredocs (Dockerfile frontend 1.4+); this builder rejects it" in (
+        refused.stderr
+    )
+    outside = run_invoke("doctor", "--json", cwd=tmp_path)
+    detail = {c["name"]: c for c in json.loads(outside.stdout)}["dockerfile features"]["detail"]
+    assert detail == "not checked (no vLLM checkout: --vllm-src)"

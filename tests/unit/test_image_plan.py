@@ -98,7 +98,7 @@ def test_dockerignore_keeps_files_out_of_the_hash(tmp_path):
 
 
 def test_unknown_target_and_unsupported_arch(tree):
-    with pytest.raises(UsageError, match="choose one of ci_base, test, final"):
+    with pytest.raises(UsageError, match="choose one of base, ci_base, test, final"):
         plan_build(request(tree, target="everything"))
     with pytest.raises(UsageError, match="cannot target gfx90a"):
         plan_build(request(tree, archs=("gfx90a", "gfx942")))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 import time
 from collections import deque
@@ -73,18 +74,22 @@ def _tail_hint(lines: list[str]) -> str:
 class Progress:
     """Plain lines for logs and CI; a single updating line on a terminal."""
 
-    def __init__(self, live: bool, out=sys.stderr) -> None:
+    def __init__(self, live: bool, out=sys.stderr, columns: int | None = None) -> None:
         self.live = live
         self.out = out
         self.started = time.monotonic()
+        self.columns = columns
 
     def __call__(self, line: str, parser: ProgressParser) -> None:
         if not self.live:
             print(line, file=self.out, flush=True)
             return
         elapsed = time.monotonic() - self.started
-        status = (parser.current or "starting")[:100]
-        self.out.write(f"\r\033[K[{elapsed:5.0f}s] {status}")
+        # One column short of the width: a line that fills the last column wraps on most terminals, and
+        # the next \r then rewrites only the wrapped half, leaving a stale line per update.
+        columns = self.columns or shutil.get_terminal_size((80, 24)).columns
+        text = f"[{elapsed:5.0f}s] {parser.current or 'starting'}"
+        self.out.write(f"\r\033[K{text[: max(columns - 1, 1)]}")
         self.out.flush()
 
     def close(self) -> None:

@@ -16,7 +16,9 @@ from rocmci.image import vllm_dockerfile as vd
 _GPU_TARGETS = re.compile(r"-DGPU_TARGETS=(\"[^\"]*\"|'[^']*'|\S+)")
 _ARCH_ASSIGN = re.compile(r"(?:\bexport\s+)?\bPYTORCH_ROCM_ARCH=(\"[^\"]*\"|'[^']*'|[^\s;&|]*)")
 _USES_ARCH_ARG = re.compile(r"\$\{?" + vd.ARCH_ARG + r"\b")
-_FLAGS_ASSIGN = re.compile(r"\b(\w*FLAGS\w*)=(\"[^\"]*\"|'[^']*'|\S+)")
+# The name is taken whole (possessive), after a lookahead that finds FLAGS in it: '\w*FLAGS\w*' tried every
+# split of a long word holding FLAGS many times (quadratic: 'FLAGS' * 20,000 did not finish in 10 s).
+_FLAGS_ASSIGN = re.compile(r"\b(?=\w*FLAGS)(\w*+)=(\"[^\"]*\"|'[^']*'|\S+)")
 _OFFLOAD = re.compile(r"--offload-arch[= ]([^\s\"']+)")
 
 
@@ -82,9 +84,14 @@ def deepep_arch_source(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]
         return [_f(df, stage.line, 1, rule, f"{vd.DEEPEP_STAGE} never runs DeepEP's setup.py", "restore it")]
     fix = f'export PYTORCH_ROCM_ARCH="${{{vd.ARCH_ARG}}}" (DeepEP\'s setup.py reads only PYTORCH_ROCM_ARCH)'
     body = call.instruction.value[0] if call.instruction.value else ""
-    m = _ARCH_ASSIGN.search(body)
+    # Every assignment before setup.py counts, not the first: `export ...=${DEEPEP_ROCM_ARCH}` followed by
+    # `PYTORCH_ROCM_ARCH=gfx942 python3 setup.py` builds gfx942 only. The first hard-coded one is the finding.
+    cut = body.find("setup.py")
+    assigns = [a for a in _ARCH_ASSIGN.finditer(body) if cut < 0 or a.start() < cut]
+    m = next((a for a in assigns if not _USES_ARCH_ARG.search(_unquote(a.group(1)))), None)
+    m = m or (assigns[-1] if assigns else None)
     if m is not None:
-        line, col = df.find(call.instruction, re.compile(r"(?:\bexport\s+)?\bPYTORCH_ROCM_ARCH="))
+        line, col = df.find(call.instruction, m.group(0))
         value = _unquote(m.group(1))
     else:
         env = _nearest_env(df, stage, "PYTORCH_ROCM_ARCH")
@@ -174,18 +181,23 @@ def offload_arch(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
             if ins.cmd not in ("RUN", "ENV", "ARG"):
                 continue
             for m in _FLAGS_ASSIGN.finditer(ins.original):
-                targets = [t for v in _OFFLOAD.findall(_unquote(m.group(2))) for t in re.split(r"[;,]", v) if t]
-                if len(targets) > 1:
+                # One --offload-arch per arch is what clang takes (DeepEP's setup.py emits one per arch);
+                # the mistake is one flag naming several.
+                for offload in _OFFLOAD.findall(_unquote(m.group(2))):
+                    targets = [t for t in re.split(r"[;,]", offload) if t]
+                    if len(targets) <= 1:
+                        continue
                     line, col = df.find(ins, f"{m.group(1)}=")
                     out.append(
                         _f(
                             df, line, col, "offload-arch-multi",
-                            f"{m.group(1)} names {len(targets)} archs with --offload-arch ({', '.join(targets)}); "
-                            "a compile flag --offload-arch works with one arch only",
+                            f"{m.group(1)} names {len(targets)} archs in one --offload-arch ({', '.join(targets)}); "
+                            "an --offload-arch flag takes one arch",
                             f"drop --offload-arch from {m.group(1)}: DeepEP's setup.py adds one per arch "
                             f"of PYTORCH_ROCM_ARCH; set the list with {vd.ARCH_ARG}",
                         )
                     )
+                    break
     return out
 
 

@@ -15,11 +15,14 @@ from pathlib import Path
 
 from rocmci import arch as archmod
 from rocmci import labels as label
-from rocmci.errors import UsageError
-from rocmci.image import context
+from rocmci.errors import PreflightError, UsageError
+from rocmci.image import base, context
 from rocmci.image import vllm_dockerfile as vd
 
-TARGETS = ("ci_base", "test", "final")
+TARGETS = ("base", "ci_base", "test", "final")
+# Stages whose build gets the DeepEP arch list: a target reaching neither builds no DeepEP, so the list
+# is neither a label nor a reason to refuse (vLLM's `final` stage, say).
+DEEPEP_STAGES = (vd.ROCSHMEM_STAGE, vd.DEEPEP_STAGE)
 HASH_VERSION = "rocmci-image-2"
 INPUT_HASH_LABEL = label.INPUT_HASH
 
@@ -42,6 +45,28 @@ class BuildRequest:
     network: str | None = None
     push: bool = False
     force: bool = False
+    base: BaseFacts | None = None  # what BASE_IMAGE is now (None: not resolved, a dry run without engine)
+    extra_args: dict[str, str] = field(default_factory=dict)  # --build-arg NAME=VALUE, checked in requests
+    load: bool = False  # a buildx builder other than the docker driver: --load into the local store
+    ci_base_digest: str | None = None  # what the given --ci-base is now, so a moved tag is a new input
+    # Fixes (owner/repo#N) an instruction of the checkout's Dockerfile.rocm_base applies, among those the
+    # workaround registry names: recorded on every tier built from the checkout, as evidence for the registry.
+    rocm_fixes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BaseFacts:
+    """BASE_IMAGE as found on the engine, and the base tier the checkout describes (docker/Dockerfile.rocm_base).
+
+    Gathered by the service (engine answers); planning only decides with them.
+    """
+
+    image: str  # the setting as given, e.g. rocm/vllm-dev:base
+    digest: str | None  # immutable identity: registry digest or local image ID; None when not on the engine
+    pinnable: bool  # digest is a registry digest, so image@digest is a reference BuildKit can pull
+    content_hash: str | None  # its vllm.rocm_base.content_hash label: which Dockerfile.rocm_base made it
+    tier: base.BaseTier | None = None  # None: the checkout has no Dockerfile.rocm_base
+    tag_only: bool = False  # a dry run that could not resolve the digest: plan on the tag, and say so
 
 
 @dataclass(frozen=True)
@@ -56,15 +81,23 @@ class BuildStep:
     network: str | None
     push: bool
     force: bool
+    stage: str | None = ""  # the --target given to docker; "" means `target`, None means none (the last stage)
+    load: bool = False
 
     def argv(self, client: str) -> list[str]:
-        argv = [client, "build", "--file", str(self.dockerfile), "--target", self.target, "--tag", self.tag]
+        argv = [client, "build", "--file", str(self.dockerfile)]
+        stage = self.target if self.stage == "" else self.stage
+        if stage is not None:
+            argv += ["--target", stage]
+        argv += ["--tag", self.tag]
         for key, value in self.build_args.items():
             argv += ["--build-arg", f"{key}={value}"]
         for key, value in self.labels.items():
             argv += ["--label", f"{key}={value}"]
         if self.network:
             argv += ["--network", self.network]
+        if self.load:
+            argv.append("--load")  # a container builder keeps results in its own cache without it
         # Plain progress is parsed to name a failing step and count cached ones.
         argv += ["--progress", "plain", str(self.context)]
         return argv
@@ -76,7 +109,8 @@ class BuildStep:
 @dataclass(frozen=True)
 class BuildPlan:
     steps: tuple[BuildStep, ...]
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = field(default_factory=tuple)  # shown by a dry run
+    notices: tuple[str, ...] = field(default_factory=tuple)  # shown by every run: why a tier is (not) built
 
     @property
     def tag(self) -> str:
@@ -111,21 +145,133 @@ def input_hash(
 Digest = Callable[[Path, tuple[str, ...]], str]
 
 
+def builds_deepep(df: vd.VllmDockerfile, target: str, args: dict[str, str]) -> bool:
+    """Whether `--target target` builds rocSHMEM or DeepEP, so that the DeepEP arch list matters to it."""
+    return any(s.name in DEEPEP_STAGES for s in df.reachable(target, args))
+
+
+MUTABLE_HINT = (
+    "rocmci keys reuse on content, as vLLM's ci-bake-rocm.sh does (\"Refusing to compute content-addressed "
+    "cache keys from a mutable tag\"): pull it first (--pull), or pin it as NAME@sha256:..."
+)
+
+
+def fixes_label(request: BuildRequest) -> dict[str, str]:
+    """The ROCm fixes label, or nothing when the checkout applies none (an absent label claims nothing)."""
+    return {label.ROCM_FIXES: ",".join(request.rocm_fixes)} if request.rocm_fixes else {}
+
+
+def _base_identity(facts: BaseFacts | None) -> tuple[str, str, dict[str, str]]:
+    """(BASE_IMAGE build arg, its identity for input hashes, labels) when BASE_IMAGE itself is used."""
+    if facts is None:
+        return "", "base:unresolved", {}
+    if facts.digest is None and facts.tag_only:
+        return facts.image, f"base:tag:{facts.image}", {}
+    if facts.digest is None:
+        raise PreflightError(
+            f"BASE_IMAGE {facts.image} is not on this engine, so its tag is all rocmci knows: a tag can move, "
+            "and an input hash on it could reuse an image built on another base",
+            hint=MUTABLE_HINT,
+        )
+    ref = base.pinned(facts.image, facts.digest, facts.pinnable)
+    return ref, f"base:{facts.digest}", {label.BASE_IMAGE_DIGEST: facts.digest}
+
+
+def base_step(request: BuildRequest, tier: base.BaseTier, tag: str | None = None) -> BuildStep:
+    """Dockerfile.rocm_base built as refresh-base-image.sh builds it: the last stage, BASE_IMAGE digest-pinned."""
+    if tier.upstream_digest is None or tier.content_hash is None:
+        raise PreflightError(
+            f"the base tier's BASE_IMAGE {tier.upstream} ({base.BASE_DOCKERFILE}) is not on this engine; "
+            "its content hash needs the image's digest",
+            hint=MUTABLE_HINT,
+        )
+    ref = base.pinned(tier.upstream, tier.upstream_digest, tier.upstream_pinnable)
+    digest_ = tier.content_hash[:16]
+    labels = {
+        "org.opencontainers.image.revision": request.vllm_commit,
+        "vllm.rocm_base.metadata_version": base.METADATA_VERSION,
+        base.CONTENT_HASH_LABEL: tier.content_hash,
+        "vllm.rocm_base.content_files_hash": tier.files_hash,
+        "vllm.rocm_base.dockerfile": str(base.BASE_DOCKERFILE),
+        "vllm.rocm_base.git_commit": request.vllm_commit,
+        "vllm.rocm_base.base_image": tier.upstream,
+        "vllm.rocm_base.base_image_digest": tier.upstream_digest,
+        "vllm.rocm_base.pytorch_rocm_arch": tier.args.get("PYTORCH_ROCM_ARCH", ""),
+        **fixes_label(request),
+        label.TARGET: "base",
+        INPUT_HASH_LABEL: digest_,
+    }
+    return BuildStep(
+        target="base",
+        tag=tag or f"{request.image_repo}:base-{tier.content_hash[:12]}",
+        dockerfile=tier.path,
+        context=request.checkout,
+        build_args={"BASE_IMAGE": ref, "USE_SCCACHE": base.USE_SCCACHE},
+        labels=labels,
+        input_hash=digest_,
+        network=request.network,
+        push=request.push and tag is not None,
+        force=request.force,
+        stage=None,  # refresh-base-image.sh builds the file's last stage
+        load=request.load,
+    )
+
+
 def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildPlan:
     if request.target not in TARGETS:
         raise UsageError(f"unknown build target {request.target!r}", hint=f"choose one of {', '.join(TARGETS)}")
-    archmod.require_deepep_support(request.archs)
+    facts = request.base
+    if request.target == "base":
+        if facts is None or facts.tier is None:
+            raise UsageError(f"{request.checkout} holds no {base.BASE_DOCKERFILE}", hint="--target base builds it")
+        return BuildPlan((base_step(request, facts.tier, request.tag),))
     df = request.dockerfile
     for needed in (request.target, "ci_base") if request.target == "test" else (request.target,):
         if df.stage(needed) is None:
             raise UsageError(f"{df.display} has no stage {needed!r}", hint="is --vllm-src a vLLM checkout?")
-    common = {vd.ARCH_ARG: archmod.canonical(request.archs), "REMOTE_VLLM": "0", **request.overrides}
+    deepep = builds_deepep(df, request.target, {"REMOTE_VLLM": "0"}) or request.target == "test"
+    if deepep:
+        archmod.require_deepep_support(request.archs)
+    notes: list[str] = []
+    notices: list[str] = []
+    steps: list[BuildStep] = []
+    tier = facts.tier if facts else None
+    if tier and tier.content_hash and facts and facts.content_hash and facts.content_hash != tier.content_hash:
+        # refresh-base-image.sh's trigger, by content: BASE_IMAGE was built from another Dockerfile.rocm_base.
+        first = base_step(request, tier)
+        steps.append(first)
+        base_ref, base_identity, base_labels = first.tag, f"base:built:{tier.content_hash}", {}
+        fixes = fixes_label(request)
+        notices.append(
+            f"BASE_IMAGE {facts.image} was built from another {base.BASE_DOCKERFILE} ({base.CONTENT_HASH_LABEL} "
+            f"{facts.content_hash[:12]}, the checkout's is {tier.content_hash[:12]}): the base tier is built "
+            f"first as {first.tag}, then ci_base on it"
+        )
+    else:
+        base_ref, base_identity, base_labels = _base_identity(facts)
+        # The checkout's fixes are claimed only for a base known to come from its Dockerfile.rocm_base;
+        # on any other base the label is left to inheritance from the base image itself (FROM keeps labels).
+        same = bool(tier and tier.content_hash and facts and facts.content_hash == tier.content_hash)
+        fixes = fixes_label(request) if same else {}
+        if tier and facts and facts.content_hash is None and facts.digest:
+            notices.append(
+                f"BASE_IMAGE {facts.image} carries no {base.CONTENT_HASH_LABEL} label, so whether it matches "
+                f"{base.BASE_DOCKERFILE} is unknown; `--target base` builds the base from that file"
+            )
+    common = {"REMOTE_VLLM": "0", **request.overrides}
+    if base_ref:
+        common["BASE_IMAGE"] = base_ref
+    if deepep:
+        common[vd.ARCH_ARG] = archmod.canonical(request.archs)
     if request.vllm_archs is not None:
         common[vd.VLLM_ARCH_ARG] = archmod.canonical(request.vllm_archs)
+    common.update(request.extra_args)
     labels = {
-        label.ARCH: archmod.canonical(request.archs),
+        **({label.ARCH: archmod.canonical(request.archs)} if deepep else {}),
         label.VLLM_ARCH: archmod.canonical(request.vllm_archs) if request.vllm_archs else "",
         **request.pins,
+        **base_labels,
+        **fixes,
         label.VLLM_COMMIT: request.vllm_commit,
         "org.opencontainers.image.revision": request.vllm_commit,
     }
@@ -133,7 +279,7 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
     def step(target: str, args: dict[str, str], tag: str, extra: str = "", push: bool = False) -> BuildStep:
         stages = df.reachable(target, args)
         tree = digest(request.checkout, context.sources(df, stages, {**df.defaults(), **args}))
-        digest_ = input_hash(df, stages, args, target, tree, extra)
+        digest_ = input_hash(df, stages, args, target, tree, f"{base_identity}\0{extra}")
         return BuildStep(
             target=target,
             tag=tag,
@@ -145,24 +291,25 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
             network=request.network,
             push=push,
             force=request.force,
+            load=request.load,
         )
 
     final_tag = request.tag or image_tag(request.image_repo, request.target, request.archs, request.vllm_archs)
+    if not deepep:
+        final_tag = request.tag or f"{request.image_repo}:{request.target.replace('_', '-')}"
     if request.target != "test":
-        return BuildPlan((step(request.target, common, final_tag, push=request.push),))
-    notes: list[str] = []
-    steps: list[BuildStep] = []
+        steps.append(step(request.target, common, final_tag, push=request.push))
+        return BuildPlan(tuple(steps), tuple(notes), tuple(notices))
     if request.ci_base_image:
-        base_ref, base_identity = request.ci_base_image, f"given:{request.ci_base_image}"
+        base_ref = request.ci_base_image
+        ci_identity = f"given:{request.ci_base_digest or request.ci_base_image}"
         notes.append(f"test is built on the given ci_base {base_ref}; ci_base is not built")
     else:
-        base_tag = image_tag(request.image_repo, "ci_base", request.archs, request.vllm_archs)
-        base = step("ci_base", common, base_tag)
-        steps.append(base)
-        base_ref, base_identity = base_tag, f"built:{base.input_hash}"
-        notes.append(f"ci_base {base_tag} is reused when its {INPUT_HASH_LABEL} label matches {base.input_hash}")
-    test = step("test", {**common, "CI_BASE_IMAGE": base_ref}, final_tag, extra=base_identity, push=request.push)
-    steps.append(
-        BuildStep(**{**test.__dict__, "labels": {**test.labels, label.CI_BASE_IMAGE: base_ref}})
-    )
-    return BuildPlan(tuple(steps), tuple(notes))
+        ci_tag = image_tag(request.image_repo, "ci_base", request.archs, request.vllm_archs)
+        ci = step("ci_base", common, ci_tag)
+        steps.append(ci)
+        base_ref, ci_identity = ci_tag, f"built:{ci.input_hash}"
+        notes.append(f"ci_base {ci_tag} is reused when its {INPUT_HASH_LABEL} label matches {ci.input_hash}")
+    test = step("test", {**common, "CI_BASE_IMAGE": base_ref}, final_tag, extra=ci_identity, push=request.push)
+    steps.append(BuildStep(**{**test.__dict__, "labels": {**test.labels, label.CI_BASE_IMAGE: base_ref}}))
+    return BuildPlan(tuple(steps), tuple(notes), tuple(notices))

@@ -6,6 +6,7 @@ Every value that reaches a command line is validated here, once.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -116,6 +117,10 @@ def refusal(
 
 def vllm_commit(path: Path) -> str:
     """The checkout's commit, marked -dirty with local changes; the tree's content is hashed separately."""
+    # The checkout's own repository only: without a ceiling, git walks up and would label a plain copy of
+    # vLLM's files with the commit of whatever repository encloses it (a home folder under git, a CI workspace).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(os.path.realpath(path))
     try:
         done = subprocess.run(
             ["git", "-C", str(path), "describe", "--always", "--dirty", "--abbrev=40"],
@@ -123,10 +128,25 @@ def vllm_commit(path: Path) -> str:
             text=True,
             check=False,
             timeout=30,
+            env=env,
         )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown (not a git checkout)"
+
+
+def _no_credentials(name: str, value: str, where: str) -> str:
+    """A repository URL without credentials: a build arg and a label are stored in the image for anyone to read."""
+    from rocmci.values import url_credentials, without_url_credentials
+
+    if url_credentials(value):
+        raise UsageError(
+            f"{name} ({where}) holds credentials in its URL ({without_url_credentials(value)}); rocmci never "
+            "passes them as a build arg or label, where the image would keep them",
+            hint="give the URL without them and let git authenticate through a credential helper, "
+            "or pass the token as a BuildKit secret (--secret) in your own build",
+        )
+    return value
 
 
 def pins(s) -> tuple[dict[str, str], dict[str, str]]:
@@ -134,7 +154,7 @@ def pins(s) -> tuple[dict[str, str], dict[str, str]]:
     labels: dict[str, str] = {}
     overrides: dict[str, str] = {}
     for name, arg, key in PINS:
-        value = _checked(name, s.require(name), s.origin(name))
+        value = _no_credentials(name, _checked(name, s.require(name), s.origin(name)), s.origin(name))
         if _overridden(s, name):
             overrides[arg] = value
         labels[key] = value
@@ -146,9 +166,68 @@ def network(s) -> str | None:
     return s.build_network or None  # one of the registry's choices: '' (the engine default), none, host, default
 
 
+# Build args rocmci passes itself, and the flag or setting that sets each instead.
+OWN_ARGS = {
+    vd.ARCH_ARG: "--arch", vd.VLLM_ARCH_ARG: "--vllm-arch", "CI_BASE_IMAGE": "--ci-base", "REMOTE_VLLM": "(always 0)",
+    "BASE_IMAGE": "--base-image", "DEEPEP_BRANCH": "--deepep-ref", "ROCSHMEM_BRANCH": "--rocshmem-ref",
+    "DEEPEP_REPO": "ROCMCI_DEEPEP_REPO", "ROCSHMEM_REPO": "ROCMCI_ROCSHMEM_REPO", "DEEPEP_NIC": "ROCMCI_DEEPEP_NIC",
+}  # fmt: skip
+
+
+def extra_build_args(df: vd.VllmDockerfile, pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """--build-arg NAME=VALUE: NAME declared by the Dockerfile (a typo would be ignored by docker, silently),
+    not one rocmci passes itself, and a value without control characters (it becomes a label-free argv word)."""
+    declared = {d.name for d in df.global_args} | {d.name for st in df.stages for d in st.args()}
+    out: dict[str, str] = {}
+    for name, value in pairs:
+        if name in OWN_ARGS:
+            raise UsageError(f"--build-arg {name} is set by rocmci", hint=f"use {OWN_ARGS[name]} instead")
+        if name not in declared:
+            import difflib
+
+            close = difflib.get_close_matches(name, sorted(declared), n=1)
+            raise UsageError(
+                f"--build-arg {name}: {df.display} declares no ARG {name}",
+                hint=f"did you mean {close[0]}?" if close else "see the ARG lines of the Dockerfile",
+            )
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise UsageError(f"--build-arg {name} has a control character in its value")
+        out[name] = value
+    return out
+
+
+def base_facts(s, co: Checkout, engine, *, resolve: bool) -> planmod.BaseFacts | None:
+    """What BASE_IMAGE and the base tier's own BASE_IMAGE are on the engine now (None: not asked, a dry run
+    without an engine)."""
+    from rocmci.errors import EngineError
+    from rocmci.image import base
+
+    image = s.require("base_image")
+
+    def digest_of(ref: str) -> tuple[str | None, bool]:
+        if "@sha256:" in ref:
+            return ref.rsplit("@", 1)[1], True
+        attrs = engine.image_attrs(ref)
+        found = engine.image_digest(ref) if attrs else None
+        pinnable = bool(found) and found != (attrs or {}).get("Id")
+        return found, pinnable
+
+    if not resolve:
+        return None
+    try:
+        digest, pinnable = digest_of(image)
+        attrs = engine.image_attrs(image) if digest and "@" not in image else None
+    except EngineError:
+        return None
+    labels = ((attrs or {}).get("Config") or {}).get("Labels") or {}
+    tier = base.tier(co.path, digest_of)
+    return planmod.BaseFacts(image, digest, pinnable, labels.get(base.CONTENT_HASH_LABEL), tier)
+
+
 def build_request(
     s, co: Checkout, req: checkmod.ArchRequest, *, target: str, tag: str | None, ci_base: str | None,
-    push: bool, force: bool,
+    push: bool, force: bool, base: planmod.BaseFacts | None = None, extra_args: dict[str, str] | None = None,
+    load: bool = False, ci_base_digest: str | None = None,
 ) -> planmod.BuildRequest:
     labels, overrides = pins(s)  # --tag and --ci-base were checked as image references when parsed
     return planmod.BuildRequest(
@@ -166,25 +245,102 @@ def build_request(
         network=network(s),
         push=push,
         force=force,
+        base=base,
+        extra_args=extra_args or {},
+        load=load,
+        ci_base_digest=ci_base_digest,
+        rocm_fixes=rocm_fixes(co.path),
     )
 
 
-def retarget_request(s, co: Checkout, *, from_image: str, from_identity: str, tag: str | None, force: bool):
+def rocm_fixes(checkout: Path) -> tuple[str, ...]:
+    """The fixes the packaged workaround registry names that the checkout's Dockerfile.rocm_base applies.
+
+    Read with the registry's own evidence function (rocmci/fixes.py), so a label written here is exactly
+    what `vllm_dockerfile_applies` would have found in the checkout.
+    """
+    from rocmci import fixes
+    from rocmci.checkout import BASE_DOCKERFILE
+    from rocmci.files import read_text
+    from rocmci.image import base
+    from rocmci.runs.service import packaged_registry
+    from rocmci.runs.workarounds import load_registry, named_fixes
+
+    path = checkout / BASE_DOCKERFILE
+    if not os.path.lexists(path):
+        return ()
+    text = read_text(path, what=str(BASE_DOCKERFILE), limit=base.MAX_BYTES)
+    return fixes.applied(text, named_fixes(load_registry(packaged_registry())))
+
+
+# build arg -> setting, and the image labels that record it (rocmci's own first, then vLLM CI's).
+RETARGET_PINS = (
+    ("DEEPEP_REPO", "deepep_repo", (label.DEEPEP_REPO, label.VLLM_DEEPEP_REPO)),
+    ("DEEPEP_BRANCH", "deepep_ref", (label.DEEPEP_REF, label.VLLM_DEEPEP_COMMIT)),
+    ("DEEPEP_NIC", "deepep_nic", (label.DEEPEP_NIC, label.VLLM_DEEPEP_NIC)),
+    ("ROCSHMEM_REPO", "rocshmem_repo", (label.ROCSHMEM_REPO, label.VLLM_ROCSHMEM_REPO)),
+    ("ROCSHMEM_BRANCH", "rocshmem_ref", (label.ROCSHMEM_REF, label.VLLM_ROCSHMEM_COMMIT)),
+    ("DEEPEP_SETUP_FLAGS", "deepep_flags", (label.DEEPEP_FLAGS,)),
+)
+VLLM_ARCH_LABELS = (label.VLLM_ARCH, label.VLLM_PYTORCH_ARCH)
+
+
+def _from_label(labels: dict[str, str], keys: tuple[str, ...]) -> tuple[str, str] | None:
+    return next(((labels[k], k) for k in keys if labels.get(k)), None)
+
+
+def retarget_request(
+    s, co: Checkout, *, from_image: str, from_identity: str, tag: str | None, force: bool,
+    from_labels: dict[str, str] | None = None, from_workdir: str = "/",
+):  # fmt: skip
+    """Pins for the overlay: what the --from image holds (its labels) unless a flag or setting says otherwise.
+
+    Rebuilding DeepEP for another arch must not also change its version: the image's own labels are
+    what it was built with, so they win over the checkout's defaults; a value given on purpose (flag,
+    ROCMCI_*, pyproject) wins over both. Each disagreement is a note in `notes`.
+    """
     archs = deepep_archs(s)  # --from and --tag were checked as image references when parsed
+    labels = from_labels or {}
     values: dict[str, str] = {}
     sources: dict[str, str] = {}
-    for name, arg, _ in PINS[1:]:
-        values[arg] = _checked(name, s.require(name), s.origin(name))
-        sources[arg] = s.origin(name)
+    notes: list[str] = []
     call = vd.deepep_setup_call(co.dockerfile)
-    if call is not None and call.nic and "$" not in call.nic:
-        values["DEEPEP_NIC"] = _checked("deepep_nic", call.nic, f"{co.dockerfile.display}:{call.line}")
-        sources["DEEPEP_NIC"] = f"{co.dockerfile.display}:{call.line} (setup.py --nic)"
-    flags = tuple(_checked("deepep_flags", s.require("deepep_flags"), s.origin("deepep_flags")).split())
-    sources["DEEPEP_SETUP_FLAGS"] = s.origin("deepep_flags")
+    for arg, name, keys in RETARGET_PINS:
+        mine, origin = s.require(name), s.origin(name)
+        if arg == "DEEPEP_NIC" and call is not None and call.nic and "$" not in call.nic:
+            mine, origin = call.nic, f"{co.dockerfile.display}:{call.line} (setup.py --nic)"
+        found = _from_label(labels, keys)
+        if found and not _overridden(s, name):
+            if found[0] != mine:
+                notes.append(f"{arg}: the image's label {found[1]}={found[0]} wins over {mine} ({origin}); "
+                             f"it is what {from_image} was built with (a flag or ROCMCI_{name.upper()} chooses)")
+            mine, origin = found[0], f"image label {found[1]}"
+        elif found and found[0] != mine:
+            notes.append(f"{arg}: {origin} wins over the image's label {found[1]}={found[0]}")
+        where = origin
+        value = _checked(name, mine, where)
+        values[arg] = _no_credentials(name, value, where) if arg.endswith("_REPO") else value
+        sources[arg] = origin
+    flags = tuple(values.pop("DEEPEP_SETUP_FLAGS").split())
     multi = [f for f in flags if f.startswith("--offload-arch") and re.search(r"[;,]", f)]
     if multi:
-        raise UsageError(f"DeepEP flags carry a multi-arch {multi[0]}", hint="--offload-arch works with one arch only")
+        raise UsageError(f"DeepEP flags carry a multi-arch {multi[0]}", hint="one arch per --offload-arch flag")
+    vllm = _from_label(labels, VLLM_ARCH_LABELS)
+    if vllm is not None:
+        have = archmod.parse_arch_list(vllm[0], what=f"label {vllm[1]} of {from_image}")
+        lacking = [a for a in archs if a not in have]
+        if lacking:
+            raise UsageError(
+                f"{from_image} has vLLM kernels for {archmod.canonical(have)} (label {vllm[1]}), not for "
+                f"{', '.join(lacking)}: DeepEP rebuilt for it would sit beside a vLLM that cannot run there",
+                hint="retarget an image whose vLLM list covers it, or build one with `invoke image.build --arch`",
+            )
+    elif labels or from_labels is not None:
+        notes.append(f"{from_image} has no vLLM arch label ({', '.join(VLLM_ARCH_LABELS)}): its kernels' "
+                     "archs are not checked")  # fmt: skip
+    workdir = from_workdir or "/"
+    if not workdir.startswith("/") or any(ord(c) < 32 for c in workdir):
+        raise UsageError(f"{from_image} has an unusable WORKDIR {workdir[:60]!r}", hint="rebuild it with a plain path")
     return retargetmod.RetargetRequest(
         from_image=from_image,
         from_identity=from_identity,
@@ -196,4 +352,6 @@ def retarget_request(s, co: Checkout, *, from_image: str, from_identity: str, ta
         tag=tag,
         network=network(s),
         force=force,
+        workdir=workdir,
+        notes=tuple(notes),
     )

@@ -8,12 +8,12 @@ docker/retarget/verify_deepep.py inside the result.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from rocmci import arch as archmod
 from rocmci import labels as label
+from rocmci import verify
 from rocmci.errors import BuildError
 from rocmci.image.plan import INPUT_HASH_LABEL, BuildStep
 
@@ -34,12 +34,15 @@ class RetargetRequest:
     tag: str | None = None
     network: str | None = None
     force: bool = False
+    workdir: str = "/"  # the --from image's WORKDIR, restored at the end of the overlay
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class RetargetPlan:
     step: BuildStep
     sources: dict[str, str]
+    notes: tuple[str, ...] = ()
 
     def verify_argv(self, client: str) -> list[str]:
         expect = self.step.build_args["DEEPEP_ROCM_ARCH"]
@@ -54,8 +57,9 @@ def plan_retarget(request: RetargetRequest, overlay_text: str) -> RetargetPlan:
         "DEEPEP_ROCM_ARCH": listing,
         **request.pins,
         "DEEPEP_SETUP_FLAGS": " ".join(request.setup_flags),
+        "FROM_WORKDIR": request.workdir,
     }
-    h = hashlib.sha256(f"rocmci-retarget-1\0{overlay_text}\0{request.from_identity}\0".encode())
+    h = hashlib.sha256(f"rocmci-retarget-2\0{overlay_text}\0{request.from_identity}\0".encode())
     for key in sorted(args):
         h.update(f"{key}={args[key]}\0".encode())
     digest = h.hexdigest()[:16]
@@ -84,17 +88,13 @@ def plan_retarget(request: RetargetRequest, overlay_text: str) -> RetargetPlan:
         push=False,
         force=request.force,
     )
-    return RetargetPlan(step, request.sources)
+    return RetargetPlan(step, request.sources, request.notes)
 
 
 def check_verification(stdout: str, returncode: int, tag: str) -> dict:
     """The verifier's JSON line, or a BuildError that says what is wrong with the image."""
-    lines = [line for line in stdout.splitlines() if line.startswith("{")]
-    try:
-        result = json.loads(lines[-1]) if lines else None
-    except json.JSONDecodeError:
-        result = None
-    if not isinstance(result, dict):
+    result = verify.answer(stdout)
+    if result is None:
         raise BuildError(
             f"verifying {tag} gave no result (exit {returncode})", hint="run the verifier by hand: " + VERIFY
         )

@@ -28,8 +28,10 @@ def configured_image(s) -> str:
 
     if s.image:
         return image_ref(f"image ({s.origin('image')})", s.image)
-    vllm_archs = parse_arch_list(s.vllm_arch) if s.vllm_arch else None
-    return image_tag(s.image_repo, "test", parse_arch_list(s.require("arch")), vllm_archs)
+    # Named with their origin (env ROCMCI_VLLM_ARCH, pyproject, ...): a bad value here is a setting the user gave.
+    vllm_archs = parse_arch_list(s.vllm_arch, what=f"vllm_arch ({s.origin('vllm_arch')})") if s.vllm_arch else None
+    archs = parse_arch_list(s.require("arch"), what=f"arch ({s.origin('arch')})")
+    return image_tag(s.image_repo, "test", archs, vllm_archs)
 
 
 def _live() -> bool:
@@ -61,17 +63,22 @@ def check(v) -> int:
     if v.json:
         print(to_json({"file": str(co.dockerfile.path), "archs": list(req.archs), "ok": not findings,
                        "findings": [f.as_dict() for f in findings]}))  # fmt: skip
-    elif findings:
-        print(checkmod.render(findings))
-        print(f"\n{plural(len(findings), 'error')} in the arch flow of {co.dockerfile.path}")
-    else:
-        print(checkmod.summary(co.dockerfile, req))
+    else:  # through the findings renderer: fitted to a terminal, escaped, one line each elsewhere
+        from rocmci.report_findings import print_findings_and_line
+
+        closing = (f"{plural(len(findings), 'error')} in the arch flow of {co.dockerfile.path}" if findings
+                   else checkmod.summary(co.dockerfile, req))  # fmt: skip
+        print_findings_and_line(findings, closing)
     return 1 if findings else 0
 
 
 def build(v) -> int:
+    from dataclasses import replace
+
     from rocmci import arch as archmod
     from rocmci.engine import Engine
+    from rocmci.errors import EngineError
+    from rocmci.findings import WARNING
     from rocmci.image import check as checkmod
     from rocmci.image import plan as planmod
     from rocmci.image import requests
@@ -80,22 +87,67 @@ def build(v) -> int:
         v, vllm_arch=v.vllm_arch, deepep_ref=v.deepep_ref, rocshmem_ref=v.rocshmem_ref, base_image=v.base_image,
         build_network=v.network,
     )  # fmt: skip
-    # Arch problems surface before anything slow: a wrong list costs hours of build otherwise.
-    archmod.require_deepep_support(requests.deepep_archs(s))
+    # Arch problems surface before anything slow or anything else is read: a wrong list costs hours of
+    # build otherwise, and a malformed one is wrong whatever the checkout holds.
+    archs = requests.deepep_archs(s)
+    if v.target == "test":
+        archmod.require_deepep_support(archs)
+    co = requests.checkout(s)
+    # A target that builds no rocSHMEM or DeepEP (final, base) is neither labelled with the list nor refused for it.
+    deepep = v.target == "test" or (
+        v.target != "base" and co.dockerfile.stage(v.target) is not None
+        and planmod.builds_deepep(co.dockerfile, v.target, {"REMOTE_VLLM": "0"})
+    )  # fmt: skip
+    if deepep:
+        archmod.require_deepep_support(archs)
     co, req, findings = requests.run_check(s)
-    refused = requests.refusal(co, req, findings)
-    if refused:
-        if refused.exit_code == 1:  # findings in the file: show them all, as image.check would
-            eprint(checkmod.render(findings))
-        raise refused
-    for f in findings:
-        eprint(f"{f.text()} (building the file's default list, as vLLM does)")
+    if deepep:
+        refused = requests.refusal(co, req, findings)
+        if refused:
+            if refused.exit_code == 1:  # findings in the file: show them all, as image.check would
+                eprint(checkmod.render(findings))
+            raise refused
+        for f in findings:  # the file's own list builds what vLLM builds: a warning, not an error
+            eprint(f"{f._replace(severity=WARNING).text()} (building the file's default list, as vLLM does)")
+    extra_args = requests.extra_build_args(co.dockerfile, v.build_arg)
+    engine = Engine(s.docker)
+    notes: list[str] = []
+    reachable = True
+    try:
+        engine.server_version()
+    except EngineError:
+        if not v.dry_run:
+            raise
+        reachable = False
+        notes.append("the engine is not reachable: BuildKit features, BASE_IMAGE's digest and the builder "
+                     "were not checked")  # fmt: skip
+    if reachable and v.target != "base":
+        _require_features(engine, co.dockerfile, notes)
+    if v.pull and not v.dry_run:
+        eprint(f"pulling {s.require('base_image')}")
+        engine.pull(s.require("base_image"))
+    facts = requests.base_facts(s, co, engine, resolve=reachable)
+    if v.dry_run and facts is not None and facts.digest is None:
+        notes.append(f"BASE_IMAGE {facts.image} is not on this engine: a build refuses to key reuse on a tag "
+                     "(--pull fetches it); the hashes shown use its tag")  # fmt: skip
+        facts = replace(facts, tag_only=True)
+    builder = _builder(engine) if reachable else None
+    load = builder is not None and builder[1] != "docker"
+    if builder is not None:
+        how = "--load puts each result in the local image store" if load else "results land in the image store"
+        notes.append(f"buildx builder {builder[0]} (driver {builder[1]}): {how}")
+    ci_digest = engine.image_digest(v.ci_base) if v.ci_base and reachable else None
     plan = planmod.plan_build(
         requests.build_request(
-            s, co, req, target=v.target, tag=v.tag, ci_base=v.ci_base, push=v.push, force=v.force
+            s, co, req, target=v.target, tag=v.tag, ci_base=v.ci_base, push=v.push, force=v.force, base=facts,
+            extra_args=extra_args, load=load, ci_base_digest=ci_digest,
         )
-    )
-    engine = Engine(s.docker)
+    )  # fmt: skip
+    if reachable and any(step.target == "base" for step in plan.steps):
+        from rocmci.checkout import BASE_DOCKERFILE
+        from rocmci.checkout import load as load_dockerfile
+
+        _require_features(engine, load_dockerfile(co.path, BASE_DOCKERFILE), notes)
     if v.dry_run:
         client = _client(engine)
         commands = []
@@ -105,19 +157,41 @@ def build(v) -> int:
             if step.push:
                 commands.append(("", step.push_argv(client)))
         _print_commands(commands)
-        for note in plan.notes:
+        for note in (*notes, *plan.notices, *plan.notes):
             eprint(f"note: {note}")
         eprint(f"dry run: image {plan.tag}; nothing was built")
         return 0
+    for note in (*notes, *plan.notices):
+        eprint(f"note: {note}")
     from rocmci.image.build import build as run_build
 
     run_build(plan, engine, live=_live(), log=eprint)
     return 0
 
 
+def _require_features(engine, df, notes: list[str]) -> None:
+    """Refuse before the first stage when the builder's parser rejects a feature the Dockerfile uses."""
+    from rocmci.image import features
+
+    found = features.uses(df)
+    gaps = features.missing(found, engine.parses)
+    if gaps:
+        raise features.refusal(df, gaps, engine.client)
+    notes.extend(features.notes(df, found))
+
+
+def _builder(engine):
+    from rocmci.errors import EngineError
+
+    try:
+        return engine.builder()
+    except EngineError:
+        return None
+
+
 def retarget(v) -> int:
     from rocmci.engine import Engine
-    from rocmci.errors import UsageError
+    from rocmci.errors import EngineError, UsageError
     from rocmci.image import requests
     from rocmci.image import retarget as retargetmod
     from rocmci.image.build import build_step
@@ -127,14 +201,24 @@ def retarget(v) -> int:
     s = _settings(v, build_network=v.network)
     co = requests.checkout(s)
     engine = Engine(s.docker)
-    identity = v.from_
-    if not v.dry_run:
-        done = engine.cli("image", "inspect", "--format", "{{.Id}}", "--", v.from_, check=False)
-        if done.returncode != 0:
-            raise UsageError(f"no image {v.from_} on this engine", hint="build or pull it first")
-        identity = done.stdout.strip()
-    request = requests.retarget_request(s, co, from_image=v.from_, from_identity=identity, tag=v.tag, force=v.force)
+    # The image's labels say which DeepEP and rocSHMEM it holds; a dry run reads them too when it can.
+    try:
+        attrs = engine.image_attrs(v.from_)
+    except EngineError:
+        if not v.dry_run:
+            raise
+        attrs = None
+        eprint(f"note: the engine is not reachable: pins come from the checkout, not from {v.from_}'s labels")
+    if attrs is None and not v.dry_run:
+        raise UsageError(f"no image {v.from_} on this engine", hint="build or pull it first")
+    config = (attrs or {}).get("Config") or {}
+    request = requests.retarget_request(
+        s, co, from_image=v.from_, from_identity=str((attrs or {}).get("Id") or v.from_), tag=v.tag, force=v.force,
+        from_labels=dict(config.get("Labels") or {}) if attrs else None, from_workdir=config.get("WorkingDir") or "/",
+    )  # fmt: skip
     plan = retargetmod.plan_retarget(request, retargetmod.OVERLAY.read_text(encoding="utf-8"))
+    for note in plan.notes:
+        eprint(f"note: {note}")
     if v.dry_run:
         client = _client(engine)
         rows = [(arg, plan.step.build_args[arg], source) for arg, source in plan.sources.items()]
@@ -171,8 +255,8 @@ def inspect(v) -> int:
     for title, *keys in label.INSPECT_ROWS:
         found = [labels.get(k, "") for k in keys]
         rows.append((title, " @ ".join(x for x in found if x) or "-"))
-    rocm = next((x for k, x in sorted(labels.items()) if "rocm" in k.lower() and "version" in k.lower()), None)
-    rows.append(("ROCm version", rocm or "unknown (no label)"))
+    rocm = labels.get(label.VLLM_ROCM_VERSION)  # not any "*rocm*version*" key: metadata_version is no ROCm
+    rows.append(("ROCm version", f"{rocm} ({label.VLLM_ROCM_VERSION})" if rocm else "unknown (no label)"))
     print(f"{ref}\n")
     print(table(("", "value"), rows))
     return 0

@@ -1,0 +1,45 @@
+"""Which upstream fixes a Dockerfile applies: read from its instructions, never from its comments.
+
+A leaf (imports nothing of rocmci): the workaround registry reads a checkout's Dockerfile.rocm_base
+with it (`vllm_dockerfile_applies`), and image builds record what it finds as the `rocmci.rocm.fixes`
+label, so the two can never disagree about what counts as applying a fix.
+
+Work is linear in the text: plain substring search, no regular expression over file text.
+"""
+
+from __future__ import annotations
+
+
+def names_fix(line: str, fix: str) -> bool:
+    """Whether `line` names `fix` (owner/repo#N) as repo#N or its pull/issue URL; #69420 is not #6942."""
+    owner_repo, _, number = fix.partition("#")
+    repo = owner_repo.split("/", 1)[1].lower()
+    text = line.lower()
+    for needle in (f"{repo}#{number}", f"{repo}/pull/{number}", f"{repo}/issues/{number}"):
+        start = text.find(needle)
+        while start != -1:
+            end = start + len(needle)
+            if end == len(text) or not text[end].isdigit():
+                return True
+            start = text.find(needle, end)
+    return False
+
+
+def dockerfile_names_fix(text: str, fix: str) -> int | None:
+    """The line of the first instruction that names `fix`; comment lines and shell comments do not count."""
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.lstrip()
+        if not line or line.startswith("#"):
+            continue
+        for marker in (" #", "\t#"):  # a shell comment inside RUN: text the shell never runs
+            cut = line.find(marker)
+            if cut != -1:
+                line = line[:cut]
+        if names_fix(line, fix):
+            return number
+    return None
+
+
+def applied(text: str, fixes: tuple[str, ...]) -> tuple[str, ...]:
+    """The fixes among `fixes` that an instruction of the Dockerfile `text` applies, in the order given."""
+    return tuple(fix for fix in dict.fromkeys(fixes) if dockerfile_names_fix(text, fix) is not None)
