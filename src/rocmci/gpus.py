@@ -96,3 +96,14 @@ def detect_gpus(nodes_dir: Path = KFD_NODES, what: str = "KFD sysfs") -> list[Gp
         Gpu(index=i, node=node, arch=gfx_name(props["gfx_target_version"]), render_minor=props.get("drm_render_minor"))
         for i, (node, props) in enumerate(found)
     ]
+
+
+def with_render_nodes(gpus: list[Gpu], root: Path = Path("/")) -> list[Gpu]:
+    """The GPUs this process can open, numbered as the ROCm runtime numbers them.
+
+    KFD sysfs is not namespaced: in a Kubernetes pod it lists every GPU of the node, while only the
+    pod's own render nodes exist under /dev/dri. The runtime skips GPUs whose render node it cannot
+    open and numbers the rest from 0, so the indices are renumbered the same way.
+    """
+    usable = [g for g in gpus if g.render_node is not None and (root / g.render_node.lstrip("/")).exists()]
+    return [Gpu(i, g.node, g.arch, g.render_minor) for i, g in enumerate(usable)]

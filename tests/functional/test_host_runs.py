@@ -33,8 +33,10 @@ def fake_host(root: Path, gpus: int = 4) -> Path:
     make_node(nodes, 0, 0)
     for i in range(gpus):
         make_node(nodes, i + 1, 90402, render=128 + i)
-    (root / "dev").mkdir(parents=True)
+    (root / "dev/dri").mkdir(parents=True)
     (root / "dev/kfd").write_text("")
+    for i in range(gpus):
+        (root / f"dev/dri/renderD{128 + i}").write_text("")  # host mode uses only GPUs whose render node exists
     return root
 
 
@@ -44,6 +46,11 @@ def vllm_tree(root: Path, *, in_test_workaround: bool) -> Path:
     (root / "docker").mkdir()
     for name in ("Dockerfile.rocm", "Dockerfile.rocm_base"):
         shutil.copy(SHARED_VLLM / "docker" / name, root / "docker" / name)
+    if not in_test_workaround:
+        # After vLLM #55099: the base image recipe applies the fix (an instruction, not a comment).
+        base = root / "docker" / "Dockerfile.rocm_base"
+        fix = "RUN curl -fsSL https://github.com/ROCm/rocm-systems/pull/6942.diff | git apply"
+        base.write_text(base.read_text() + f"\n{fix}\n")
     if in_test_workaround:
         module = root / "tests/kernels/moe/test_deepep_moe.py"
         # Written as upstream had it before vLLM #55099, but guarded so that it never runs here:
@@ -219,11 +226,13 @@ def test_workaround_follows_the_vllm_source(host, tmp_path):
     (before,), (after,) = json.loads(old.stdout), json.loads(new.stdout)
     line = len((host["tree"] / "tests/kernels/moe/test_deepep_moe.py").read_text().splitlines())
     assert before["status"] == "applies"
-    assert before["evidence"][0] == (
+    assert before["evidence"][0].startswith(
         f"{host['tree']}/tests/kernels/moe/test_deepep_moe.py:{line}: {IN_TEST_WORKAROUND.strip()}"
     )
     assert after["status"] == "obsolete"
-    assert after["evidence"][0].startswith(f"{fixed}/tests/kernels/moe/test_deepep_moe.py: no line matches")
+    assert after["evidence"][0].startswith(
+        f"{fixed}/tests/kernels/moe/test_deepep_moe.py (and the conftest/helper modules it imports) no longer set"
+    )
     assert after["refs"]["vllm-project/vllm#55099"] == "https://github.com/vllm-project/vllm/issues/55099"
     assert new.stderr.strip().startswith("rocmci: obsolete workaround(s): rocprofiler-register-teardown.")
 
@@ -234,7 +243,7 @@ def test_workaround_follows_the_vllm_source(host, tmp_path):
     assert "ROCPROFILER_REGISTER_ENABLED=0 \\" not in left_out.stdout
     assert (
         "# workaround rocprofiler-register-teardown NOT applied (ROCPROFILER_REGISTER_ENABLED=0 not set): obsolete: "
-        f"{fixed}/tests/kernels/moe/test_deepep_moe.py: no line matches"
+        f"{fixed}/tests/kernels/moe/test_deepep_moe.py (and the conftest/helper modules it imports) no longer set"
     ) in left_out.stdout
     strict = run_invoke(*args(host, "--vllm-src", str(fixed), "--strict", "--dry-run"))
     assert strict.returncode == 1 and "obsolete workaround(s) still in the registry" in strict.stderr
@@ -253,8 +262,10 @@ def test_workaround_applied_in_a_real_run_reaches_the_worker(host):
 AGENT = """#!/usr/bin/env python3
 import json, os, sys
 stdin = sys.stdin.read() if sys.argv[1:2] == ["annotate"] else None
+# What an upload publishes: the file's bytes at the moment the agent is called.
+sent = open(sys.argv[3], encoding="utf-8").read() if sys.argv[1:3] == ["artifact", "upload"] else None
 with open(os.environ["AGENT_RECORD"], "a") as fh:
-    fh.write(json.dumps({"argv": sys.argv[1:], "stdin": stdin, "cwd": os.getcwd()}) + "\\n")
+    fh.write(json.dumps({"argv": sys.argv[1:], "stdin": stdin, "cwd": os.getcwd(), "sent": sent}) + "\\n")
 """
 
 
@@ -289,6 +300,29 @@ def test_results_are_posted_to_buildkite(host, tmp_path):
     ]  # fmt: skip
     logs = [u for u in uploads if u.endswith(".log")]
     assert len(logs) == 2 and all(u.startswith("moe-tests-high-throughput-shard-") for u in logs)
+
+
+def test_a_secret_in_a_test_id_is_never_uploaded_or_kept_in_the_junit_xml(host, tmp_path):
+    """pytest's JUnit XML leaves rocmci like everything else: redacted, and still well-formed XML."""
+    import xml.etree.ElementTree as ET
+
+    env, record = _agent(tmp_path)
+    secret = "Zq7<sec&ret>"  # XML escapes it in the file (&lt; &amp;): a search of the raw text would miss it
+    extra = ("--env", f"UPLOAD_PASSWORD={secret}", "--extra", f"'--junit-prefix={secret}'")
+    done = run_invoke(*args(host, "--mode", "high-throughput", *extra, mode="fail-one"), env={**host["env"], **env})
+    assert done.returncode == 1, done.stdout + done.stderr  # case 3 fails: its id is in the report
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    sent = {c["argv"][2]: c["sent"] for c in calls if c["argv"][:2] == ["artifact", "upload"]}
+    xml = sent["junit-moe-high-throughput.xml"]
+    assert xml == (host["results"] / "junit-moe-high-throughput.xml").read_text()  # the kept file is the upload
+    cases = ET.fromstring(xml).findall(".//testcase")
+    assert len(cases) == 4 and {c.get("classname") for c in cases} == {"***.tests.kernels.moe.test_deepep_moe"}
+    assert ET.fromstring(xml).find(".//failure") is not None
+    for name, text in [*sent.items(), ("annotation", calls[0]["stdin"]), ("output", done.stdout + done.stderr)]:
+        for form in (secret, "Zq7", "sec&amp;ret", "sec&ret"):
+            assert form not in text, f"{form!r} in {name}"
+    for path in host["results"].iterdir():
+        assert "Zq7" not in path.read_text(), path
 
 
 def test_teardown_crash_gets_its_own_style_and_explanation(host, tmp_path):

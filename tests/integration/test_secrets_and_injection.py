@@ -208,6 +208,8 @@ def test_secrets_stay_out_of_every_task_output(engine, injection_image, fake_hos
         outputs += [done.stdout, done.stderr]
     dry = outputs[8]
     assert "--env HF_TOKEN \\" in dry and "--env UPLOAD_API_KEY \\" in dry  # passed by name only
+    # ... and never by value: redaction would hide a value given as NAME=..., so the form itself is checked.
+    assert "HF_TOKEN=" not in dry and "UPLOAD_API_KEY=" not in dry, dry
     no_canary_value(*outputs)
 
 

@@ -23,13 +23,15 @@ def test_run_argv_is_exact_and_secrets_go_by_name():
         network="host",
         labels={"rocmci.workload": "dp-example"},
         name="rocmci-x",
+        ulimits=("core=0:-1",),
+        cap_add=("IPC_LOCK",),
     )
     assert ctr.run_argv(spec, "docker") == [
         "docker", "run", "--init", "--name", "rocmci-x",
         "--label", "rocmci.managed=1", "--label", "rocmci.workload=dp-example",
         "--network", "host",
         "--device", "/dev/kfd", "--device", "/h/dev/dri/renderD128:/dev/dri/renderD128",
-        "--group-add", "44", "--security-opt", "seccomp=unconfined", "--shm-size", "16g",
+        "--cap-add", "IPC_LOCK", "--group-add", "44", "--ulimit", "core=0:-1", "--shm-size", "16g",
         "--volume", "/cache:/root/.cache/huggingface", "--volume", "/p:/q:ro",
         "--env", "VLLM_LOGGING_LEVEL=DEBUG", "--env", "HF_TOKEN",
         "--workdir", "/vllm-workspace", "img:1", "python3", "x.py", "--a=1",

@@ -126,3 +126,45 @@ def test_buildkite_commands_and_context():
         ["bk", "annotate", "--context", "c", "--style", "error"],
         ["bk", "artifact", "upload", "a.log"],
     ]
+
+
+# --- the JUnit XML that is kept and uploaded is the redacted copy --------------------------------------------
+
+
+def test_junit_is_redacted_in_text_and_attribute_values_never_in_markup(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    from rocmci.runs.results import redact_junit_file
+    from rocmci.secrets import Redactor
+
+    secret = "s3cr<e&t>\u00e9!"  # XML escapes it in the file; pytest shows the accent escaped in ids
+    path = tmp_path / "junit.xml"
+    tree = ET.fromstring(JUNIT)
+    case = tree.find(".//testcase[@name='test_deep_ep_moe[2]']")
+    case.set("name", f"test_deep_ep_moe[{secret}]")
+    case.find("failure").set("message", f"AssertionError: token was {secret}")
+    case.find("failure").text = f"assert '{secret}' == ''"
+    path.write_bytes(ET.tostring(tree, encoding="utf-8", xml_declaration=True))
+    assert b"&lt;e&amp;t&gt;" in path.read_bytes()  # what a search of the raw text would have to find
+    # "testcase" and "failure" are given values too: as text they are masked, as tags they must stay.
+    redact = Redactor({}, given={"UPLOAD_PASSWORD": secret, "WHAT": "testcase", "FAIL": "failure"})
+    redact_junit_file(path, redact)
+    data = path.read_bytes()
+    assert b"s3cr" not in data and b"e&amp;t" not in data
+    summary = parse_junit(path)  # still well-formed, with the same cases
+    assert (summary.tests, summary.failures, summary.skipped) == (4, 1, 1)
+    assert summary.failed_cases == ["kernels.moe.test_deepep_moe::test_deep_ep_moe[***]"]
+    failure = ET.fromstring(data).find(".//failure")
+    assert failure.get("message") == "AssertionError: token was ***" and failure.text == "assert '***' == ''"
+
+
+def test_a_junit_file_that_cannot_be_redacted_is_not_kept(tmp_path):
+    from rocmci.runs.results import redact_junit_file
+    from rocmci.secrets import Redactor
+
+    broken = tmp_path / "junit.xml"
+    broken.write_text(JUNIT[:200] + "hunter2-secret")  # cut off: its escaping cannot be known
+    redact_junit_file(broken, Redactor({}, given={"PASSWORD": "hunter2-secret"}))
+    assert not broken.exists()
+    redact_junit_file(tmp_path / "none.xml", Redactor({}))  # no report written: nothing to do
+    assert not (tmp_path / "none.xml").exists()

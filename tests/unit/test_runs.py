@@ -20,6 +20,8 @@ from rocmci.runs import workloads as wl
 from tests.conftest import REPO, SHARED_VLLM
 from tests.unit.test_gpus import make_node
 
+PACKAGED_REGISTRY = REPO / "src" / "rocmci" / "data" / "workarounds.yaml"
+
 RUN_AMD_TEST = SHARED_VLLM / "buildkite" / "scripts" / "hardware_ci" / "run-amd-test.sh"
 TEMPLATE = SHARED_VLLM.parent / "ci-infra" / "buildkite" / "test-template-amd.j2"
 
@@ -30,8 +32,10 @@ def host(tmp_path) -> Path:
     make_node(nodes, 0, 0)
     for i in range(4):
         make_node(nodes, i + 1, 90402, render=128 + i)
-    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/dri").mkdir(parents=True)
     (tmp_path / "dev/kfd").write_text("")
+    for i in range(4):
+        (tmp_path / f"dev/dri/renderD{128 + i}").write_text("")
     return tmp_path
 
 
@@ -44,7 +48,7 @@ def options(host: Path, **kw) -> runs.RunOptions:
 
 
 def registry():
-    return wa.load_registry(REPO / "workarounds.yaml")
+    return wa.load_registry(PACKAGED_REGISTRY)
 
 
 def moe(shards: int = 1, obsolete=frozenset()):
@@ -125,7 +129,7 @@ def test_dry_run_needs_no_engine(host, monkeypatch):
 def test_host_dry_run_with_one_named_gpu_shows_it(host):
     prepared = runs.prepare(moe(), options(host, no_container=True, dry_run=True, gpus=(1,)), None)
     assert prepared.warnings == [
-        "1 run of 2 GPUs: together they need 2 GPUs, this host offers 1. use fewer --shards or a bigger host"
+        "1 run of 2 GPUs: together they need 2 GPUs, this host offers 1. use a host with more GPUs, or ask for fewer"
     ]
     (run,) = prepared.runs
     assert (run.env["ROCR_VISIBLE_DEVICES"], run.env["HIP_VISIBLE_DEVICES"]) == ("1", "0")
@@ -157,12 +161,21 @@ def test_orchestration_variables_are_the_ones_the_runner_clears(runner_text):
 
 
 def test_exit_5_and_134_as_upstream(runner_text):
+    """What rocmci does with the two codes, next to where upstream says it (not constants no code reads)."""
+    from rocmci.pipeline import amdsteps
+    from rocmci.runs import results as res
+
     handler = runner_text.split("handle_pytest_exit() {", 1)[1].split("\n}", 1)[0]
     assert '"$exit_code" -eq 5' in handler and "exit 0" in handler
-    assert wl.PYTEST_NO_TESTS == 5
+    outcome, _ = res.classify(5, None)  # the runner's success, said for what it is; a failure under --strict
+    assert outcome is res.Outcome.NO_TESTS
+    no_tests = res.Result("w", outcome, 5, 0.0, "")
+    assert (res.exit_code([no_tests], strict=False), res.exit_code([no_tests], strict=True)) == (0, 10)
     if TEMPLATE.is_file():
         assert "exit_status: 134" in TEMPLATE.read_text()
-    assert wl.GPU_HANG_EXIT == 134
+    assert {"exit_status": 134, "limit": 1} in amdsteps.retry()["automatic"]  # the pipeline retries it once
+    assert res.signal_of(134) == res.signal_of(-6) == 6  # SIGABRT, from a shell or --init and from Python
+    assert res.classify(134, None)[0] is res.Outcome.CRASHED
 
 
 def test_real_dockerfile_rocm_base_does_not_carry_the_backport_yet():
@@ -170,6 +183,18 @@ def test_real_dockerfile_rocm_base_does_not_carry_the_backport_yet():
     if not SHARED_VLLM.is_dir():
         pytest.skip(f"vLLM fixtures not found at {SHARED_VLLM}")
     (entry,) = registry()
-    backport = next(c for c in entry.remove_when if c.kind == "vllm_file_has")
+    (both,) = [c for c in entry.remove_when if c.kind == "all_of"]
+    backport = next(c for c in both.parts if c.kind == "vllm_dockerfile_applies")
     met, evidence = wa.check_condition(backport, wa.Sources(vllm_src=SHARED_VLLM))
-    assert met is False and "no line matches" in evidence
+    assert met is False and "no instruction applies ROCm/rocm-systems#6942" in evidence
+
+
+def test_host_mode_uses_only_gpus_whose_render_node_exists(host):
+    """In a pod KFD sysfs lists every GPU of the node; only the pod's render nodes exist under /dev/dri."""
+    (host / "dev/dri/renderD128").unlink()
+    (host / "dev/dri/renderD130").unlink()
+    pod = runs.host_gpus(options(host, no_container=True))
+    assert [(g.index, g.render_minor) for g in pod] == [(0, 129), (1, 131)]  # numbered as the runtime does
+    assert len(runs.host_gpus(options(host))) == 4  # container mode: docker names the devices itself
+    (run,) = runs.prepare(moe(), options(host, no_container=True), None).runs
+    assert run.env["ROCR_VISIBLE_DEVICES"] == "0,1"

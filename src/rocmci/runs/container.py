@@ -23,6 +23,26 @@ from rocmci.process import Running
 
 HF_HOME = "/root/.cache/huggingface"
 
+# Where rocmci's `docker run` differs from the one in vLLM's run-amd-test.sh, and why. Keys are flags,
+# volume targets and variable names; tests/unit/test_runner_parity.py reads the runner's command from
+# the file, compares it with run_argv, and fails on any difference not listed here, and README lists these.
+INTENDED_DIFFERENCES = {
+    # Only in the runner.
+    "-i": "rocmci streams the workload's output through a pipe and gives it no stdin",
+    "-t": "no TTY: the output is logged and redacted line by line",
+    "--rm": "rocmci inspects the container for an OOM kill first, then removes it itself, whatever happened",
+    "TERM": "colour only when rocmci's own output is a colour terminal (pytest gets --color=yes then)",
+    "FORCE_COLOR": "as TERM",
+    "CLICOLOR_FORCE": "as TERM",
+    "PY_COLORS": "as TERM",
+    "VLLM_TARGET_DEVICE": "set per step: run.step sets VLLM_TARGET_DEVICE=cpu for a step without GPUs",
+    # Only in rocmci.
+    "--init": "an init process as PID 1, so a crash signal at teardown shows as exit 139 and is not swallowed",
+    "--label": "rocmci finds and removes its own containers by label (and only those)",
+    "--workdir": "the workspace named explicitly, not left to the image's WORKDIR",
+    "/rocmci-results": "JUnit XML and reports are written to the host's results folder through this mount",
+}
+
 
 @dataclass(frozen=True)
 class Mount:
@@ -46,6 +66,8 @@ class ContainerSpec:
     network: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     name: str = ""
+    ulimits: tuple[str, ...] = ()  # e.g. core=0:-1, as the runner disables core dumps
+    cap_add: tuple[str, ...] = ()  # IPC_LOCK with the host's RDMA devices, as the runner adds it
 
 
 def container_name(prefix: str) -> str:
@@ -63,6 +85,21 @@ def device_flags(gpus: Sequence[Gpu], root: Path = Path("/")) -> tuple[tuple[str
     else:
         devices.append((str(root / "dev/dri"), "/dev/dri"))  # no GPU list known: all of them
     return tuple(devices)
+
+
+def core_ulimit() -> str:
+    """The runner's `--ulimit core=0:<hard>`: no core files, the host's hard limit kept (-1: unlimited)."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+    return f"core=0:{-1 if hard == resource.RLIM_INFINITY else hard}"
+
+
+def rdma_flags(root: Path = Path("/")) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """(devices, capabilities): the host's RDMA devices and IPC_LOCK when /dev/infiniband exists, as the runner."""
+    if (root / "dev/infiniband").is_dir():
+        return ((str(root / "dev/infiniband"), "/dev/infiniband"),), ("IPC_LOCK",)
+    return (), ()
 
 
 def host_gids(names: Sequence[str] = ("render", "video")) -> tuple[str, ...]:
@@ -85,10 +122,12 @@ def run_argv(spec: ContainerSpec, client: str) -> list[str]:
         argv += ["--network", spec.network]
     for host, inside in spec.devices:
         argv += ["--device", host if host == inside else f"{host}:{inside}"]
+    for cap in spec.cap_add:
+        argv += ["--cap-add", cap]
     for gid in spec.group_add:
         argv += ["--group-add", gid]
-    if spec.devices:
-        argv += ["--security-opt", "seccomp=unconfined"]
+    for limit in spec.ulimits:
+        argv += ["--ulimit", limit]
     argv += ["--shm-size", spec.shm_size]
     if spec.memory:
         argv += ["--memory", spec.memory]
@@ -123,6 +162,7 @@ def run_container(
 ) -> RunResult:
     """Run to completion; `env` is the docker client's environment (where pass-by-name values come from)."""
     oom = False
+    started = time.time()
     try:
         done = process.stream(
             run_argv(spec, engine.client), on_line, env=env, timeout=timeout,
@@ -130,8 +170,10 @@ def run_container(
         )  # fmt: skip
         if not done.timed_out:
             oom = engine.oom_killed(spec.name)
-    except FileNotFoundError:
-        raise EngineError(f"docker client {engine.client!r} not found") from None
+    except (OSError, EngineError) as exc:
+        # The client is missing, not executable or not a file: nothing ran, and that is what the result says.
+        why = exc.strerror if isinstance(exc, OSError) else exc.message
+        return RunResult(127, False, 0.0, started, f"docker client {engine.client!r} could not be started: {why}")
     finally:
         remove(engine, spec.name)  # Ctrl-C, timeout or normal end: never leave it behind
     infra = None
@@ -170,7 +212,8 @@ def leftovers(engine: Engine) -> list[str]:
     return engine.containers(f"{label.MANAGED}=1")
 
 
-def _probe(engine: Engine, image: str, argv: Sequence[str]) -> Completed:
+def probe(engine: Engine, image: str, argv: Sequence[str]) -> Completed:
+    """A short throw-away container without network: a look inside an image."""
     name = container_name("probe")
     try:
         return engine.cli(
@@ -192,9 +235,9 @@ def _probe(engine: Engine, image: str, argv: Sequence[str]) -> Completed:
 
 
 def file_exists(engine: Engine, image: str, path: str) -> bool:
-    return _probe(engine, image, ["test", "-e", path]).returncode == 0
+    return probe(engine, image, ["test", "-e", path]).returncode == 0
 
 
 def read_file(engine: Engine, image: str, path: str) -> str | None:
-    done = _probe(engine, image, ["cat", path])
+    done = probe(engine, image, ["cat", path])
     return done.stdout.strip() or None if done.returncode == 0 else None

@@ -1,38 +1,81 @@
 """What `--dry-run` of a run task prints: the preflight warnings, then each exact command (docker run, or
-the host process and its environment). Secrets given with --env show by name only."""
+the host process and its environment).
+
+Redaction works on values, before any shell quoting: an --env value shows as NAME=*** whatever characters
+it holds, and no other word of the command changes because it happens to equal a short --env value
+(`--env MYX=host` leaves `--network host` alone). Secrets given with --env reach docker by name only.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from rocmci.engine import Engine
 from rocmci.runs import container as ctr
-from rocmci.secrets import is_secret
+from rocmci.runs.types import Prepared, RunOptions
+from rocmci.secrets import Redactor, is_secret, secret_kind
 
-if TYPE_CHECKING:
-    from rocmci.runs.execute import Prepared, RunOptions
+MASK = "***"
+# A given (--env) value this long is masked anywhere in a command word; a shorter one only as the value
+# of its own NAME=value: short values are ordinary words ("host", "1") far more often than secrets.
+MIN_FREE_MASK = 8
 
 
-def dry_run_lines(prepared: Prepared, engine: Engine | None, opts: RunOptions | None = None) -> list[str]:
+class ValueRedactor:
+    """Redaction of one command word at a time, for commands that are printed (never for what runs)."""
+
+    def __init__(self, opts: RunOptions | None, environ) -> None:
+        given = {} if opts is None else {k: v for k, v in opts.env.items() if k not in opts.public}
+        public = frozenset() if opts is None else opts.public
+        self.given = given
+        self.text = Redactor(environ, public=public)  # known secrets of the environment, secret shapes
+        # A secret (by name or shape) is masked in any word however short, as the run's own redactor does.
+        free = [v for k, v in given.items() if len(v) >= MIN_FREE_MASK or is_secret(k) or secret_kind(v)]
+        self._long = Redactor(values=free)
+
+    def assignment(self, item: str) -> str:
+        name, sep, value = item.partition("=")
+        if sep and name in self.given:
+            return f"{name}={MASK}"
+        return self.word(item)
+
+    def word(self, item: str) -> str:
+        return self.text(self._long(item))
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        out = []
+        after_env = False
+        for item in argv:
+            out.append(self.assignment(item) if after_env else self.word(item))
+            after_env = item in ("--env", "-e")
+        return out
+
+
+def dry_run_lines(prepared: Prepared, engine: Engine | None, opts: RunOptions | None = None, environ=None) -> list[str]:
+    import os
+
     from rocmci.report import shell_lines
 
+    redact = ValueRedactor(opts, os.environ if environ is None else environ)
     client = "docker"
     if engine is not None:
         try:
             client = engine.client
         except Exception:  # noqa: BLE001 - a dry run must print even without a docker client
             client = "docker"
-    lines = [_comment(f"preflight: {w}") for w in prepared.warnings]
-    lines += [_comment(n) for n in prepared.notes]
+    lines = [_comment(redact.word(f"preflight: {w}")) for w in prepared.warnings]
+    lines += [_comment(redact.word(n)) for n in prepared.notes]
     for planned in prepared.runs:
         workload = planned.workload
+        lines += [_comment(redact.word(line)) for line in workload.about]
         gpu_text = ", ".join(f"{g.index}:{g.arch}" for g in planned.gpus) or "none detected"
-        lines.append(_comment(f"{workload.name} on GPUs [{gpu_text}]: {workload.command_line()}"))
+        command = " ".join(redact.argv(workload.argv)) if workload.kind == "step" else workload.command_line()
+        lines.append(_comment(redact.word(f"{workload.name} on GPUs [{gpu_text}]: {command}")))
         if workload.workarounds:
             lines.append(_comment(f"workarounds from the registry: {', '.join(workload.workarounds)}"))
         if planned.spec is not None:
-            lines.append(shell_lines(ctr.run_argv(planned.spec, client)))
+            lines.append(shell_lines(redact.argv(ctr.run_argv(planned.spec, client))))
             continue
         visible = planned.env.get("ROCR_VISIBLE_DEVICES")
         if visible is not None:
@@ -44,8 +87,8 @@ def dry_run_lines(prepared: Prepared, engine: Engine | None, opts: RunOptions | 
             lines.append(f"# plus from --env, values not shown: {', '.join(secrets)}")
         if opts is not None:
             lines.append(f"cd {shlex_quote(opts.workdir)}")
-        argv = ["env", *(f"{k}={v}" for k, v in planned.env.items()), *workload.argv]
-        lines.append(shell_lines(argv))
+        env_words = [redact.assignment(f"{k}={v}") for k, v in planned.env.items()]
+        lines.append(shell_lines(["env", *env_words, *(redact.word(a) for a in workload.argv)]))
     return lines
 
 

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocmci import labels as label
+from rocmci import process
 from rocmci.engine import Engine
-from rocmci.errors import EngineError, PreflightError, WorkloadError
-from rocmci.gpus import Gpu, detect_gpus
+from rocmci.errors import EngineError, InputError, PreflightError, RocmciError, WorkloadError
+from rocmci.files import prepare_folder
+from rocmci.gpus import Gpu, detect_gpus, with_render_nodes
 from rocmci.report import plural
 from rocmci.runs import container as ctr
+from rocmci.runs import images
 from rocmci.runs import results as res
+from rocmci.runs import workloads as wl
 from rocmci.runs.dryrun import dry_run_lines  # noqa: F401 - what --dry-run prints
 from rocmci.runs.outcomes import merge_results, outcome_of, report  # noqa: F401 - report: the run's last step
+from rocmci.runs.types import RESULTS_WHAT, PlannedRun, Prepared, RunOptions  # noqa: F401 - RunOptions: callers build it here
 from rocmci.runs.workarounds import Workaround
 from rocmci.runs.workloads import (
     RESULTS_MOUNT,
@@ -35,53 +41,15 @@ from rocmci.secrets import Redactor, is_secret
 
 PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 PLUGINS_MOUNT = "/rocmci-plugins"
-
-
-@dataclass
-class RunOptions:
-    image: str
-    results_dir: Path
-    timeout: float
-    network: str | None  # the settings registry holds the defaults of these five
-    shm_size: str
-    memory: str | None
-    hf_cache: str
-    workdir: str
-    host_root: Path = Path("/")
-    gpus: tuple[int, ...] | None = None
-    skip_preflight: bool = False
-    no_container: bool = False
-    dry_run: bool = False
-    strict: bool = False  # fail on what vLLM's runner lets pass: obsolete workarounds, no tests collected
-    env: dict[str, str] = field(default_factory=dict)  # --env overrides, secrets included
-    public: frozenset[str] = frozenset()  # --public: names whose values may be shown
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    workload: Workload
-    gpus: list[Gpu]
-    spec: ctr.ContainerSpec | None  # None in host mode
-    slot: int  # position in its wave: GPU set and rendezvous ports
-    env: dict[str, str] = field(default_factory=dict)  # host mode: what rocmci sets (no secrets); printed
-
-
-@dataclass
-class Prepared:
-    """Everything decided before anything starts: waves of runs that go at once."""
-
-    waves: list[list[PlannedRun]]
-    warnings: list[str]
-    notes: list[str] = field(default_factory=list)  # workarounds applied or left out, and why
-    files: list[Path] = field(default_factory=list)  # logs and JUnit XML this run wrote (set by execute)
-
-    @property
-    def runs(self) -> list[PlannedRun]:
-        return [run for wave in self.waves for run in wave]
+# What the runner's `docker run` passes by name (-e NAME): set in the docker client's environment or not at all.
+PASS_BY_NAME = ("HF_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "BUILDKITE_PARALLEL_JOB",
+                "BUILDKITE_PARALLEL_JOB_COUNT")  # fmt: skip
 
 
 def host_gpus(opts: RunOptions) -> list[Gpu]:
-    return detect_gpus(opts.host_root / "sys/class/kfd/kfd/topology/nodes")
+    """The GPUs a run may use: in host mode only those whose render node exists here (a pod's own)."""
+    gpus = detect_gpus(opts.host_root / "sys/class/kfd/kfd/topology/nodes")
+    return with_render_nodes(gpus, opts.host_root) if opts.no_container else gpus
 
 
 def waves(workloads: Sequence[Workload]) -> list[list[Workload]]:
@@ -116,12 +84,16 @@ def preflight(
     engine: Engine | None,
     gpus: list[Gpu],
     environ: Mapping[str, str] | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[list[list[Gpu]], list[str]]:
     """GPU sets for the widest wave; raises on the first problem unless skipped (then they are warnings).
 
-    A dry run never needs the engine: when it cannot be asked, that is one more warning.
+    A dry run never needs the engine: when it cannot be asked, that is one more warning. What the image
+    says of itself (archs, ROCm) is added to `notes`.
     """
     environ = os.environ if environ is None else environ
+    notes = [] if notes is None else notes
+    needs_deepep = any(w.needs_deepep for w in workloads)
     problems: list[PreflightError | EngineError] = []
     need = max((w.gpus for w in workloads), default=1)
     width = max((len(wave) for wave in waves(workloads)), default=1)
@@ -138,7 +110,9 @@ def preflight(
                 PreflightError(
                     f"VLLM_CI_EXPECTED_GPU_COUNT={expected}: this pod has {plural(expected, 'GPU')}, "
                     f"the run needs {need * width}",
-                    hint="give the step num_gpus for every shard, or use fewer --shards",
+                    hint="give the step num_gpus for every shard, or use fewer --shards"
+                    if width > 1
+                    else "give the step num_gpus for what the run needs",
                 )
             )
     sets = _gpu_sets(gpus, opts, need, width, problems)
@@ -152,13 +126,19 @@ def preflight(
         else:
             if labels is None:
                 problems.append(
-                    PreflightError(f"image {opts.image} not found", hint="build it with `invoke image.build`")
+                    PreflightError(
+                        f"image {opts.image} not found",
+                        hint="pull it (--pull), or build one with `rocmci image.build`",
+                    )
                 )
-            elif any(sets):
-                try:
-                    check_archs([g for s in sets for g in s], labels.get(label.ARCH), opts.image)
-                except PreflightError as exc:
-                    problems.append(exc)
+            else:
+                found = images.facts(engine, opts.image, labels)
+                notes.append(found.note(opts.image))
+                if any(sets) and needs_deepep:
+                    try:
+                        check_archs([g for s in sets for g in s], found.archs, opts.image, found.arch_source)
+                    except PreflightError as exc:
+                        problems.append(exc)
     if problems and not (opts.skip_preflight or opts.dry_run):
         raise problems[0]
     return sets, [p.one_line() for p in problems]
@@ -166,13 +146,17 @@ def preflight(
 
 def spec_for(workload: Workload, gpus: list[Gpu], opts: RunOptions, slot: int) -> ctr.ContainerSpec:
     """The container: /dev/kfd and exactly these GPUs' render nodes, vLLM's runner environment, --init."""
-    env = runner_env(opts.workdir, PLUGINS_MOUNT if workload.sharded else None)
+    name = ctr.container_name(workload.kind)
+    env = wl.container_env(wl.job_id(os.environ, name.rsplit("-", 1)[-1]), os.environ)
+    env.update(runner_env(opts.workdir, PLUGINS_MOUNT if workload.sharded else None))
     env.update(workload.env)
     if workload.sharded:
         env.update(shard_env(slot))
-    env["HF_HOME"] = ctr.HF_HOME
     env.update({k: v for k, v in opts.env.items() if not is_secret(k)})
-    pass_env = ("HF_TOKEN", *sorted(k for k in opts.env if is_secret(k) and k != "HF_TOKEN"))
+    # By name, as the runner passes them: their values stay in the docker client's environment.
+    by_name = [n for n in PASS_BY_NAME if n not in env]
+    pass_env = (*by_name, *sorted(k for k in opts.env if is_secret(k) and k not in PASS_BY_NAME))
+    rdma_devices, caps = ctr.rdma_flags(opts.host_root)
     results = opts.results_dir.resolve()
     mounts = (
         ctr.Mount(str(Path(os.path.expanduser(opts.hf_cache)).resolve()), ctr.HF_HOME),
@@ -182,24 +166,27 @@ def spec_for(workload: Workload, gpus: list[Gpu], opts: RunOptions, slot: int) -
         mounts += (ctr.Mount(str(PLUGINS), PLUGINS_MOUNT, readonly=True),)
     return ctr.ContainerSpec(
         image=opts.image,
-        argv=workload.argv,
+        argv=workload.argv if workload.kind == "step" else wl.in_container(workload.argv),
         workdir=opts.workdir,
         env=env,
         pass_env=pass_env,
-        devices=ctr.device_flags(gpus, opts.host_root),
+        devices=ctr.device_flags(gpus, opts.host_root) + rdma_devices,
+        cap_add=caps,
+        ulimits=(ctr.core_ulimit(),),
         group_add=ctr.host_gids(),
         mounts=mounts,
         shm_size=opts.shm_size,
         memory=opts.memory,
         network=opts.network,
         labels={label.WORKLOAD: workload.kind},
-        name=ctr.container_name(workload.kind),
+        name=name,
     )
 
 
 def host_env_for(workload: Workload, gpus: list[Gpu], opts: RunOptions, slot: int) -> dict[str, str]:
     """Host mode: what rocmci sets for the process (secrets from --env are added at start, never printed)."""
-    env = runner_env(opts.workdir, str(PLUGINS) if workload.sharded else None)
+    env = wl.runner_defaults(os.environ)
+    env.update(runner_env(opts.workdir, str(PLUGINS) if workload.sharded else None))
     env.update(workload.env)
     env.update(visible_env(gpus))
     if workload.sharded:
@@ -217,9 +204,10 @@ def plan_run(workload: Workload, gpus: list[Gpu], opts: RunOptions, slot: int) -
 def prepare(
     workloads: Sequence[Workload], opts: RunOptions, engine: Engine | None, notes: Sequence[str] = ()
 ) -> Prepared:
-    sets, warnings = preflight(workloads, opts, engine, host_gpus(opts))
+    found: list[str] = []
+    sets, warnings = preflight(workloads, opts, engine, host_gpus(opts), notes=found)
     planned = [[plan_run(w, sets[slot], opts, slot) for slot, w in enumerate(wave)] for wave in waves(workloads)]
-    return Prepared(planned, warnings, list(notes))
+    return Prepared(planned, warnings, [*found, *notes])
 
 
 def redactor(opts: RunOptions) -> Redactor:
@@ -241,6 +229,19 @@ def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
     raise _Terminated()
 
 
+def _results_unwritable(exc: OSError, folder: Path, written: list[Path]) -> InputError:
+    """A log write failed mid-run: this run's files go (a cut log is no record), and one error names the setting."""
+    for path in written:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+    reason = exc.strerror or type(exc).__name__
+    return InputError(
+        f"cannot write the workload log during the run: {reason} (from {RESULTS_WHAT}); every workload was stopped",
+        where=str(folder),
+        hint="free space there or name another folder (ROCMCI_RESULTS_DIR)",
+    )
+
+
 def execute(
     prepared: Prepared,
     opts: RunOptions,
@@ -248,12 +249,21 @@ def execute(
     registry: Sequence[Workaround],
     out: Callable[[str], None],
 ) -> list[res.Result]:
-    opts.results_dir.mkdir(parents=True, exist_ok=True)
+    # A file, /proc, /sys, a read-only or full disk: one line naming the setting, before anything starts.
+    prepare_folder(opts.results_dir, RESULTS_WHAT)
     redact = redactor(opts)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     lock = threading.Lock()
     results: dict[int, res.Result] = {}
     running = ctr.Running()
+    # The folder was checked before the run, but a disk can fill during it: the first failed write of a
+    # log stops every workload, and the run ends in one error naming the setting (no traceback in a thread).
+    failed: list[OSError] = []
+
+    def write_failed(exc: OSError) -> None:
+        with lock:
+            failed.append(exc)
+        running.stop_all()
 
     def start(planned: PlannedRun, on_line: Callable[[str], None]) -> ctr.RunResult:
         if planned.spec is not None:
@@ -274,27 +284,50 @@ def execute(
             prepared.files.append(log_path)
             if workload.junit:
                 prepared.files.append(opts.results_dir / workload.junit)
-        with open(log_path, "w", encoding="utf-8") as log:
+        try:
+            log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed below, where a failed flush is caught
+        except OSError as exc:
+            write_failed(exc)
+            return
+        try:
 
             def on_line(line: str) -> None:
                 clean = redact(line)
                 with lock:
-                    log.write(clean + "\n")
+                    if not failed:
+                        try:
+                            log.write(clean + "\n")
+                            log.flush()  # a full disk shows now, on this line, not at close
+                        except OSError as exc:
+                            failed.append(exc)
                     out(prefix + clean)
+                if failed:
+                    running.stop_all()  # no run goes on without its log; outside the lock: halting waits
 
             attempts = 0
             while True:
                 attempts += 1
                 if workload.junit:
                     (opts.results_dir / workload.junit).unlink(missing_ok=True)
-                run = start(planned, on_line)
+                try:
+                    run = start(planned, on_line)
+                except Exception as exc:  # noqa: BLE001 - any failure to start is this run's infrastructure error
+                    detail = exc.one_line() if isinstance(exc, RocmciError) else f"{type(exc).__name__}: {exc}"
+                    run = ctr.RunResult(127, False, 0.0, time.time(), f"the workload could not be started: {detail}")
                 # vLLM's pipeline retries a job once on exit 134 (SIGABRT: a ROCm/KFD GPU hang).
                 # 134 from a shell or `docker --init`, -6 from a host process: the same SIGABRT.
                 if res.signal_of(run.exit_code) == signal.SIGABRT and not run.timed_out and attempts == 1:
                     on_line(f"rocmci: exit {run.exit_code} (SIGABRT, e.g. a GPU hang on ROCm): retrying once")
                     continue
                 break
+        finally:
+            try:
+                log.close()
+            except OSError as exc:  # the last buffered bytes did not fit either
+                write_failed(exc)
         result = outcome_of(workload, run, opts, registry, str(log_path))
+        if workload.junit:  # read above as pytest wrote it; kept and uploaded only as its redacted copy
+            res.redact_junit_file(opts.results_dir / workload.junit, redact)
         result.attempts = attempts
         results[number] = result
 
@@ -304,24 +337,15 @@ def execute(
     try:
         number = 0
         for wave in prepared.waves:
-            threads = []
-            for planned in wave:
-                threads.append(threading.Thread(target=one, args=(number, planned, len(wave)), daemon=True))
-                number += 1
-            try:
-                for t in threads:  # inside the try: an interrupt between two starts stops the first
-                    t.start()
-                for t in threads:
-                    while t.is_alive():
-                        t.join(timeout=0.2)
-            except BaseException:
-                # Ctrl-C, SIGTERM: stop every container and process group, then let the threads finish.
-                running.stop_all()
-                for t in threads:
-                    if t.ident is not None:  # started
-                        t.join(timeout=15)
-                raise
+            runs = [functools.partial(one, number + i, planned, len(wave)) for i, planned in enumerate(wave)]
+            number += len(wave)
+            # Ctrl-C, SIGTERM: every container and process group is stopped, then the threads finish.
+            process.run_threads(runs, running)
+            if failed:
+                break
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+    if failed:
+        raise _results_unwritable(failed[0], opts.results_dir, prepared.files)
     return merge_results(prepared, [results[i] for i in sorted(results)], opts)

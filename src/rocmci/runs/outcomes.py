@@ -4,19 +4,16 @@ to the terminal, the results folder and (under Buildkite) the build page."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rocmci.errors import InputError
 from rocmci.files import write_atomic
 from rocmci.runs import container as ctr
 from rocmci.runs import results as res
+from rocmci.runs.types import RESULTS_WHAT, Prepared, RunOptions
 from rocmci.runs.workarounds import Workaround
 from rocmci.runs.workloads import Workload
-
-if TYPE_CHECKING:
-    from rocmci.runs.execute import Prepared, RunOptions
 
 
 def merge_results(prepared: Prepared, ordered: list[res.Result], opts: RunOptions) -> list[res.Result]:
@@ -71,6 +68,7 @@ def outcome_of(
         teardown_hint=teardown_hint(workload, registry),
         oom_killed=run.oom_killed,
         in_container=not opts.no_container,
+        junit_expected=workload.junit is not None,
     )
     if junit_problem and outcome in (res.Outcome.FAILED, res.Outcome.PASSED):
         detail += f" ({junit_problem})"
@@ -122,11 +120,19 @@ def report(
     as_json: bool,
     notes: Sequence[str] = (),
     files: Sequence[Path] = (),
+    redact: Callable[[str], str] = str,
 ) -> int:
-    """Results to the terminal and the results folder, and under Buildkite to the build page."""
+    """Results to the terminal and the results folder, and under Buildkite to the build page.
+
+    Every one of those outputs is rendered from the same redacted results and notes: a secret in a
+    failing test's id or in a detail never reaches the table, --json, results.json, annotation.md or
+    the build page.
+    """
+    results = [r.redacted(redact) for r in results]
+    notes = [redact(n) for n in notes]
     annotation = opts.results_dir / "annotation.md"
-    write_atomic(annotation, res.render_annotation(results, list(notes)))
-    write_atomic(opts.results_dir / "results.json", res.render_json(results) + "\n")
+    write_atomic(annotation, res.render_annotation(results, list(notes)), what=RESULTS_WHAT)
+    write_atomic(opts.results_dir / "results.json", res.render_json(results) + "\n", what=RESULTS_WHAT)
     print(res.render_json(results) if as_json else res.render_table(results))
     agent = res.under_buildkite()
     if agent:
@@ -138,5 +144,3 @@ def report(
     elif not as_json:
         print(f"\nlogs and JUnit XML in {opts.results_dir}; Buildkite annotation: {annotation}", file=sys.stderr)
     return res.exit_code(results, strict=opts.strict)
-
-

@@ -13,11 +13,12 @@ import shutil
 import signal
 import subprocess
 import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
-from rocmci.errors import InputError
+from rocmci.errors import InputError, RocmciError
 
 
 class Outcome(StrEnum):
@@ -39,6 +40,7 @@ EXIT_CODES = {
     Outcome.TIMED_OUT: 13,
     Outcome.INFRA: 14,
 }
+PYTEST_NO_TESTS = 5  # pytest's exit status when it collected nothing; vLLM's runner passes it
 SEVERITY = [
     Outcome.PASSED,
     Outcome.NO_TESTS,
@@ -106,9 +108,50 @@ def parse_junit(path: Path, *, what: str | None = None) -> JUnitSummary:
     return summary
 
 
+def redact_junit(data: bytes, redact: Callable[[str], str]) -> bytes:
+    """The JUnit XML with every text and attribute value passed through `redact`; tags and names kept.
+
+    Redacted after parsing, not as raw text: a secret holding & < or " is escaped in the file and would
+    slip past a text search, and a masked value that happened to equal a tag name would break the markup.
+    Raises ET.ParseError for malformed XML.
+    """
+    root = ET.fromstring(data)
+    for element in root.iter():
+        if element.text:
+            element.text = redact(element.text)
+        if element.tail:
+            element.tail = redact(element.tail)
+        for name, value in element.attrib.items():
+            element.set(name, redact(value))
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def redact_junit_file(path: Path, redact: Callable[[str], str]) -> None:
+    """Replace a workload's JUnit XML by its redacted copy: that is the file kept in results/ and uploaded.
+
+    A report that is not XML cannot be redacted safely (its escaping is unknown), so it is removed: it is
+    no record anyway, and the run's outcome already names it as malformed. So is one whose redacted copy
+    cannot be written (a full disk): an unredacted report is never left behind.
+    """
+    from rocmci.files import read_bytes, write_atomic
+    from rocmci.runs.types import RESULTS_WHAT
+
+    if not path.is_file():
+        return
+    try:
+        clean = redact_junit(read_bytes(path, what=RESULTS_WHAT), redact)
+        # Gone before the copy is written: write_atomic refuses to overwrite a file this process has read
+        # (parse_junit did), and an interrupted write then leaves no report rather than the raw one.
+        path.unlink()
+        write_atomic(path, clean, what=RESULTS_WHAT)
+    except (ET.ParseError, RocmciError, OSError):  # malformed, or no room for the copy: the original goes
+        path.unlink(missing_ok=True)
+
+
 def merge_junit_files(paths: list[Path], out: Path) -> None:
     """One JUnit file holding every shard's <testsuite>; shards that wrote nothing are skipped."""
     from rocmci.files import write_atomic
+    from rocmci.runs.types import RESULTS_WHAT
 
     merged = ET.Element("testsuites")
     for path in paths:
@@ -118,7 +161,7 @@ def merge_junit_files(paths: list[Path], out: Path) -> None:
             continue
         suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
         merged.extend(suites)
-    write_atomic(out, ET.tostring(merged, encoding="unicode") + "\n")
+    write_atomic(out, ET.tostring(merged, encoding="unicode") + "\n", what=RESULTS_WHAT)
 
 
 def signal_of(exit_code: int) -> int | None:
@@ -154,6 +197,19 @@ class Result:
         data["outcome"] = self.outcome.value
         return data
 
+    def redacted(self, redact: Callable[[str], str]) -> Result:
+        """The same result with every text a person or a file will see passed through `redact`."""
+        junit = None
+        if self.junit is not None:
+            junit = replace(self.junit, failed_cases=[redact(c) for c in self.junit.failed_cases])
+        return replace(
+            self,
+            workload=redact(self.workload),
+            detail=redact(self.detail),
+            junit=junit,
+            log=None if self.log is None else redact(self.log),
+        )
+
 
 def classify(
     exit_code: int,
@@ -164,7 +220,14 @@ def classify(
     teardown_hint: str = "",
     oom_killed: bool = False,
     in_container: bool = True,
+    junit_expected: bool = False,
 ) -> tuple[Outcome, str]:
+    """One outcome for an exit status and its JUnit report; a pass needs proof that something ran.
+
+    `junit_expected`: the workload was told to write JUnit XML (pytest). Then exit 0 without a report
+    is a failure (nothing says any test ran: `--version`, a report written elsewhere), and failed cases
+    in the report fail the run whatever the exit status says.
+    """
     if timed_out:
         stopped = "the container was removed" if in_container else "its process group was killed"
         return Outcome.TIMED_OUT, f"stopped at the timeout; {stopped}"
@@ -182,19 +245,28 @@ def classify(
             return Outcome.CRASHED_AT_TEARDOWN, f"{cause}{'; ' + teardown_hint if teardown_hint else ''}"
         cases = f"; failing: {', '.join(junit.failed_cases[:5])}" if junit and junit.failed_cases else ""
         return Outcome.CRASHED, f"died by {name} (exit {exit_code}){cases}"
-    if exit_code == 5:
-        return Outcome.NO_TESTS, "pytest collected no tests (exit 5): check -k and that DeepEP is installed"
+    if exit_code == PYTEST_NO_TESTS:
+        why = f"pytest collected no tests (exit {PYTEST_NO_TESTS})"
+        return Outcome.NO_TESTS, f"{why}: check -k and that DeepEP is installed"
     if exit_code == 0:
+        if junit is not None and junit.failed_cases:
+            return Outcome.FAILED, f"exit 0, but the JUnit report has {_failed_text(junit)}"
         if junit is not None and junit.tests == 0:
             return Outcome.NO_TESTS, "the JUnit report has no test cases"
         if junit is not None:
             return Outcome.PASSED, f"{junit.passed} passed, {junit.skipped} skipped"
+        if junit_expected:
+            return Outcome.FAILED, "exit 0, but no JUnit XML was written: nothing shows that any test ran"
         return Outcome.PASSED, "exit 0"
     if junit is not None and junit.failed_cases:
-        shown = ", ".join(junit.failed_cases[:5])
-        more = f" and {len(junit.failed_cases) - 5} more" if len(junit.failed_cases) > 5 else ""
-        return Outcome.FAILED, f"{len(junit.failed_cases)} failed: {shown}{more}"
+        return Outcome.FAILED, _failed_text(junit)
     return Outcome.FAILED, f"exit {exit_code}"
+
+
+def _failed_text(junit: JUnitSummary) -> str:
+    shown = ", ".join(junit.failed_cases[:5])
+    more = f" and {len(junit.failed_cases) - 5} more" if len(junit.failed_cases) > 5 else ""
+    return f"{len(junit.failed_cases)} failed: {shown}{more}"
 
 
 def worst(outcomes: list[Outcome]) -> Outcome:
@@ -217,6 +289,8 @@ def render_json(results: list[Result]) -> str:
 
 def exit_code(results: list[Result], *, strict: bool = False) -> int:
     """The exit code of a run: its worst outcome's; no tests collected passes as in vLLM's runner unless strict."""
+    if not results:  # nothing ran at all: never a pass
+        return EXIT_CODES[Outcome.INFRA]
     outcome = worst([r.outcome for r in results])
     if outcome is Outcome.NO_TESTS and not strict:
         return 0
@@ -244,7 +318,9 @@ TEARDOWN_EXPLANATION = (
     "rocprofiler-sdk is attached), not of a failing test. Its fix is ROCm/rocm-systems#6942; see "
     "`invoke workarounds` for whether the workaround applies to this image."
 )
-_REF = re.compile(r"\b([A-Za-z0-9][A-Za-z0-9-]*)/([A-Za-z0-9._-]+)#(\d+)\b")
+# Bounded as GitHub bounds them (owner 39 characters, repository 100): unbounded, the owner restarted after
+# every '-' of 'a-a-a...' and scanned to its end (quadratic: a 10^5-character test id did not finish in 10 s).
+_REF = re.compile(r"\b([A-Za-z0-9][A-Za-z0-9-]{0,38})/([A-Za-z0-9._-]{1,100})#([0-9]{1,9})\b")
 
 
 def ref_url(ref: str) -> str | None:

@@ -20,16 +20,37 @@ def _eprint(text: str) -> None:
     print(text, file=sys.stderr)
 
 
-def run_options(v, s):
-    """RunOptions from parsed flags and settings (the settings registry holds the run defaults)."""
+def results_dir(s) -> Path:
+    """The results folder; an empty setting would be the workspace itself, mounted read-write: refused."""
+    from rocmci.errors import UsageError
+
+    if not str(s.results_dir or "").strip():
+        raise UsageError(
+            f"setting 'results_dir' is empty ({s.origin('results_dir')})",
+            hint="name a folder for logs and JUnit XML, e.g. ROCMCI_RESULTS_DIR=results",
+        )
+    return s.path("results_dir")
+
+
+def run_image(v, s, native: bool = False) -> str:
+    """--image (any reference), else --build-id's CI image, else the configured image."""
     from rocmci.image.service import configured_image
-    from rocmci.runs.execute import RunOptions
+    from rocmci.runs import images
+
+    if getattr(v, "build_id", None) and not v.image:
+        return images.build_image(v.build_id, native)
+    return configured_image(s)
+
+
+def run_options(v, s, native: bool = False):
+    """RunOptions from parsed flags and settings (the settings registry holds the run defaults)."""
+    from rocmci.runs.types import RunOptions
 
     # A native CI pod names its workspace; vLLM's runner defaults to the image's /vllm-workspace.
     default_workdir = (os.environ.get("VLLM_CI_WORKSPACE") or WORKSPACE) if v.no_container else WORKSPACE
     return RunOptions(
-        image=configured_image(s),
-        results_dir=s.path("results_dir"),
+        image=run_image(v, s, native),
+        results_dir=results_dir(s),
         timeout=float(v.timeout or s.run_timeout),
         network=s.run_network or None,
         shm_size=s.shm_size,
@@ -47,11 +68,24 @@ def run_options(v, s):
     )
 
 
+def packaged_registry() -> Path:
+    """The registry shipped in the package: found from any folder, with no file in the workspace."""
+    return Path(__file__).resolve().parents[1] / "data" / "workarounds.yaml"
+
+
+def registry_path(s) -> Path:
+    """The workspace's registry when the setting names one (or the default file is there), else the packaged one."""
+    path = s.path("workarounds")
+    if s.origin("workarounds") == "default" and not os.path.lexists(path):
+        return packaged_registry()
+    return path
+
+
 def _registry(s):
-    from rocmci.pipeline.service import display_name
+    from rocmci.files import display_name
     from rocmci.runs.workarounds import load_registry
 
-    path = s.path("workarounds")
+    path = registry_path(s)
     return load_registry(path, display_name(path, s.workspace))
 
 
@@ -73,34 +107,47 @@ def _labels(engine, image: str, *, tolerant: bool) -> dict[str, str] | None:
 
 def _workaround_checks(s, registry, engine, opts, kinds: set[str]):
     """Check the registry against the evidence at hand; the ids to leave out and a note per entry."""
+    import tempfile
+
     from rocmci.errors import FindingsError
+    from rocmci.runs import images
     from rocmci.runs import workarounds as wa
 
     labels = None if opts.no_container else _labels(engine, opts.image, tolerant=True)
-    sources = wa.Sources(vllm_src=_vllm_src(s), image=opts.image, labels=labels)
-    obsolete, notes = wa.run_decisions(wa.check_all(registry, sources), kinds)
+    with tempfile.TemporaryDirectory(prefix="rocmci-tests-") as scratch:
+        # The test module that will run is the image's own: read from there when the image has one.
+        exported = images.export_tests(engine, opts.image, Path(scratch)) if labels is not None else None
+        tree, inside = exported if exported else (None, "")
+        sources = wa.Sources(
+            vllm_src=_vllm_src(s), image=opts.image, labels=labels, image_tree=tree,
+            image_workspace=f"{opts.image}:{inside}" if inside else "",
+        )  # fmt: skip
+        obsolete, notes = wa.run_decisions(wa.check_all(registry, sources), kinds)
     if obsolete and opts.strict:
         raise FindingsError(
             f"obsolete workaround(s) still in the registry: {', '.join(sorted(obsolete))}",
-            hint="remove them from workarounds.yaml (see `invoke workarounds`), or run without --strict",
+            hint="remove them from the registry (see `rocmci workarounds`), or run without --strict",
         )
     return obsolete, notes
 
 
-def _run(workloads, opts, registry, as_json: bool, engine, notes=()) -> int:
+def _run(workloads, opts, registry, as_json: bool, engine, notes=(), pull: bool | None = False) -> int:
+    """Plan, then print (dry run) or run and report. `pull`: None when the caller made sure of the image."""
     from rocmci.runs import execute
 
     redact = execute.redactor(opts)
+    if pull is not None and not opts.no_container:
+        notes = [*_ensure_image(engine, opts, pull), *notes]
     prepared = execute.prepare(workloads, opts, None if opts.no_container else engine, notes)
     if opts.dry_run:
-        print(redact("\n".join(execute.dry_run_lines(prepared, engine, opts))))
+        print("\n".join(execute.dry_run_lines(prepared, engine, opts)))
         _eprint("dry run: nothing was started")
         return 0
     for note in prepared.notes:
         _eprint(redact(f"rocmci: {note}"))
     out = _eprint if as_json else print
     results = execute.execute(prepared, opts, engine, registry, out=out)
-    return execute.report(results, opts, as_json, prepared.notes, prepared.files)
+    return execute.report(results, opts, as_json, prepared.notes, prepared.files, redact)
 
 
 def _probe_example(engine, opts) -> str:
@@ -117,24 +164,99 @@ def _probe_example(engine, opts) -> str:
     return wl.DP_EXAMPLE_MOVED if ctr.file_exists(engine, opts.image, moved) else wl.DP_EXAMPLE
 
 
-def _setup(v):
+def _setup(v, native: bool = False):
     from rocmci.engine import Engine
 
     s = settingsmod.resolve(flags={"image": v.image, "vllm_src": v.vllm_src})
-    opts = run_options(v, s)
+    opts = run_options(v, s, native)
     return s, opts, Engine(s.docker), _registry(s)
 
 
+def _ensure_image(engine, opts, pull: bool) -> list[str]:
+    """Pull the image when asked or missing; a dry run only notes that it would. An engine that is down
+    is left to preflight, which names it."""
+    from rocmci.errors import EngineError
+    from rocmci.runs import images
+
+    said: list[str] = []
+    try:
+        out = said.append if opts.dry_run else _eprint
+        images.ensure(engine, opts.image, pull=pull, dry_run=opts.dry_run, out=out)
+    except EngineError:
+        if not opts.dry_run:
+            raise
+    return [line.removeprefix("rocmci: ") for line in said]
+
+
+def _step_file(s):
+    """The step file the DeepEP workloads follow, loaded; (None, why) when there is none to read."""
+    from rocmci.errors import InputError
+    from rocmci.files import display_name
+    from rocmci.pipeline import source as srcmod
+
+    candidates = [s.path("source")]
+    if s.vllm_src:
+        candidates.append(Path(s.vllm_src) / ".buildkite" / "test-amd.yaml")
+    path = next((c for c in candidates if c.is_file()), None)
+    if path is None:
+        return None, "no step file found"
+    try:
+        return srcmod.load_source(path, display_name(path, s.workspace), what=s.describe("source")), ""
+    except InputError as exc:
+        return None, f"step file unreadable: {exc.one_line()}"
+
+
+def _check_backend(backend: str, s) -> None:
+    """A backend the checkout's vLLM does not list is refused before anything starts."""
+    from rocmci.errors import UsageError
+    from rocmci.runs import upstream
+
+    known = upstream.backends(_vllm_src(s))
+    if known is not None and backend not in known:
+        raise UsageError(
+            f"--backend {backend} is not one of this vLLM's all2all backends ({upstream.PARALLEL_CONFIG})",
+            hint="choose one of: " + ", ".join(known),
+        )
+
+
+def _example_text(engine, opts, example: str) -> str | None:
+    from rocmci.runs import container as ctr
+
+    path = example if example.startswith("/") else f"{opts.workdir}/{example}"
+    if opts.no_container:
+        try:
+            return Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    if _labels(engine, opts.image, tolerant=True) is None:
+        return None
+    return ctr.read_file(engine, opts.image, path)
+
+
 def dp_example(v) -> int:
+    from rocmci.runs import upstream
     from rocmci.runs import workloads as wl
 
     s, opts, engine, registry = _setup(v)
+    _check_backend(v.backend, s)
     _, notes = _workaround_checks(s, registry, engine, opts, {"dp-example"})
+    src, why = _step_file(s)
+    found = upstream.find_dp_example(src) if src is not None else None
+    env = None
+    if found is not None:
+        notes = [f"dp-example: the command of step {found.step_label!r} ({found.origin})", *notes]
+        env = found.env
+    else:
+        notes = [f"dp-example: rocmci's seed command ({why or 'no step of the step file runs it'})", *notes]
+    if not opts.no_container:  # the example's path and flags are read from the image: pull it first
+        notes = [*_ensure_image(engine, opts, v.pull), *notes]
+    example = v.example or _probe_example(engine, opts)
+    flags = upstream.parallel_flags(upstream.example_flags(_example_text(engine, opts, example) or ""))
     workload = wl.dp_example(
         model=v.model, tp=v.tp, dp=v.dp, max_model_len=v.max_model_len, backend=v.backend, extra=v.extra,
-        example=v.example or _probe_example(engine, opts),
+        example=example, flags=flags, env=env,
     )  # fmt: skip
-    return _run([workload], opts, registry, v.json, engine, notes)
+    return _run([workload], opts, registry, v.json, engine, notes, None)
 
 
 def moe_tests(v) -> int:
@@ -143,12 +265,24 @@ def moe_tests(v) -> int:
 
     s, opts, engine, registry = _setup(v)
     obsolete, notes = _workaround_checks(s, registry, engine, opts, {"moe-tests"})
+    from rocmci.runs import upstream
+
     results_path = str(opts.results_dir.resolve()) if opts.no_container else wl.RESULTS_MOUNT
+    src, why = _step_file(s)
+    found = upstream.find_moe(src) if src is not None else None
+    target: dict = {}
+    if found is not None:
+        test_file, options = upstream.pytest_target(found)
+        target = {"test_file": test_file, "options": options}
+        notes = [f"moe-tests: the pytest command of step {found.step_label!r} ({found.origin}), split by mode", *notes]
+    else:
+        notes = [f"moe-tests: rocmci's seed command ({why or 'no step of the step file runs it'})", *notes]
     workloads = wl.moe_tests(
         modes=wl.expand_modes(v.mode), registry=registry, keyword=v.k, extra=v.extra, shards=v.shards,
         results_path=results_path, obsolete=obsolete, color=terminal_mode(sys.stdout).colour and not v.json,
+        **target,
     )  # fmt: skip
-    return _run(workloads, opts, registry, v.json, engine, notes)
+    return _run(workloads, opts, registry, v.json, engine, notes, v.pull)
 
 
 def workarounds(v) -> int:
@@ -196,7 +330,26 @@ def outcome(v) -> int:
         w = related[0]
         sets = ", ".join(f"{k}={x}" for k, x in w.sets.items())
         hint = f"likely the ROCm runtime teardown crash ({', '.join(w.refs)}); workaround {w.id} sets {sets}"
-    kind, detail = res.classify(v.exit_code, summary, teardown_hint=hint)
-    result = res.Result(v.workload, kind, v.exit_code, 0.0, detail, summary)
-    print(Redactor(os.environ)(res.render_json([result]) if v.json else res.render_table([result])))
-    return res.EXIT_CODES[kind]
+    kind, detail = res.classify(v.exit_code, summary, teardown_hint=hint, junit_expected=True)
+    result = res.Result(v.workload, kind, v.exit_code, 0.0, detail, summary).redacted(Redactor(os.environ))
+    print(res.render_json([result]) if v.json else res.render_table([result]))
+    return res.exit_code([result], strict=v.strict)
+
+
+def step(v) -> int:
+    """One step of the step file, with the command, env, GPUs and parallelism of the generated pipeline."""
+    from rocmci.errors import UsageError
+    from rocmci.files import display_name
+    from rocmci.pipeline import source as srcmod
+    from rocmci.runs import steps as st
+
+    if not v.step or not v.step.strip():
+        raise UsageError("run.step needs --step LABEL", hint="e.g. --step 'Basic Correctness' (see pipeline.plan)")
+    s = settingsmod.resolve(flags={"image": v.image, "vllm_src": v.vllm_src, "mirror_hw": v.mirror_hw})
+    path = Path(os.path.realpath(v.source)) if v.source else s.path("source")
+    what = "--source" if v.source else s.describe("source")
+    src = srcmod.load_source(path, display_name(path, s.workspace), what=what)
+    chosen = st.find(st.generated_steps(src, s.mirror_hw, s.ci_image), v.step, src.filename)
+    s, opts, engine, registry = _setup(v, native=chosen.native)
+    workloads = st.workloads(chosen, v.parallel_job, host=opts.no_container)
+    return _run(workloads, opts, registry, v.json, engine, (), v.pull)

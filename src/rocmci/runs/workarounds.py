@@ -1,9 +1,11 @@
 """Registry of known workarounds: what each sets, where it applies, why, and the evidence that ends it.
 
 A workaround is obsolete as soon as one of its `remove_when` conditions is met by a fact rocmci can
-check: a line in (or missing from) a file of the vLLM checkout, a commit the checkout contains
-(`git merge-base --is-ancestor`), or an image label. Checking is separate from deciding, so a run
-can say which workarounds it applied or left out, and why.
+check, read from what will run: vLLM's test module and the conftest/helper modules it imports, parsed
+as Python (an assignment of the variable in code, never a comment or a line pattern); the instructions
+of a Dockerfile of the checkout (not its comments); a commit the checkout contains; an image label.
+Every check reads each file once and does linear work on it, whatever the file holds. Checking is
+separate from deciding, so a run can say which workarounds it applied or left out, and why.
 """
 
 from __future__ import annotations
@@ -13,15 +15,17 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from rocmci import fixes, yamldoc
 from rocmci import labels as label
-from rocmci import yamldoc
 from rocmci.errors import InputError
 
 ENTRY_KEYS = {"id", "applied_by", "sets", "applies_to", "why", "refs", "remove_when"}
 SCOPE_KEYS = {"platform", "workloads", "tests"}
-CONDITION_KINDS = {"vllm_file_lacks", "vllm_file_has", "vllm_commit", "image_label"}
-FILE_KEYS = {"path", "pattern"}
+CONDITION_KINDS = {"vllm_tests_do_not_set", "vllm_dockerfile_applies", "vllm_commit", "image_label", "all_of"}
+TESTS_KEYS = {"path", "variable"}
+DOCKERFILE_KEYS = {"path", "fix"}
 LABEL_KEYS = {"name", "has"}
+_FIX = re.compile(r"([A-Za-z0-9][A-Za-z0-9-]*)/([A-Za-z0-9._-]+)#([0-9]{1,9})")
 FIXES_LABEL = label.ROCM_FIXES
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
@@ -34,8 +38,10 @@ TRACKED = "tracked"
 @dataclass(frozen=True)
 class Condition:
     kind: str  # one of CONDITION_KINDS
-    path: str = ""  # vllm_file_*: relative path in the checkout
-    pattern: str = ""  # vllm_file_*: regular expression, matched per line
+    path: str = ""  # vllm_*: relative path in the checkout
+    variable: str = ""  # vllm_tests_do_not_set: the environment variable
+    fix: str = ""  # vllm_dockerfile_applies: owner/repo#N
+    parts: tuple[Condition, ...] = ()  # all_of
     commit: str = ""  # vllm_commit
     label: str = ""  # image_label: label name
     has: str = ""  # image_label: comma-separated item the label must list
@@ -67,10 +73,14 @@ class Sources:
     vllm_src: Path | None = None
     image: str | None = None
     labels: dict[str, str] | None = None
+    # The image's own workspace (its tests/ tree, copied out): the test module that will run. When
+    # given, test-module conditions read it instead of the checkout; `image_workspace` names it in messages.
+    image_tree: Path | None = None
+    image_workspace: str = ""
 
     @property
     def any(self) -> bool:
-        return self.vllm_src is not None or self.labels is not None
+        return self.vllm_src is not None or self.labels is not None or self.image_tree is not None
 
 
 @dataclass(frozen=True)
@@ -113,31 +123,69 @@ def _git(src: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(src), *args], capture_output=True, text=True, check=False, timeout=60)
 
 
-def _file_lines(src: Path, rel: str) -> list[str] | None:
+def _read(src: Path, rel: str) -> str | None:
     try:
-        return (src / rel).read_text(encoding="utf-8", errors="replace").splitlines()
+        return (src / rel).read_text(encoding="utf-8", errors="replace")
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
 
 
+def _tests_do_not_set(c: Condition, src: Path, shown_root: str = "") -> tuple[bool | None, str]:
+    from rocmci.runs import pysets
+
+    def show(text: str) -> str:
+        return text.replace(str(src.resolve()), shown_root, 1) if shown_root else text
+
+    shown = f"{shown_root or src}/{c.path}"
+    try:
+        found = pysets.assignments(src, c.path, c.variable)
+    except pysets.Unreadable as exc:
+        return None, f"{shown}: {exc}"  # a missing or unparsable module is no evidence either way
+    if found:
+        where, code = found[0]
+        return False, f"{show(where)}: {code}"
+    return True, f"{shown} (and the conftest/helper modules it imports) no longer set {c.variable}"
+
+
+def _dockerfile_applies(c: Condition, src: Path) -> tuple[bool | None, str]:
+    shown = f"{src}/{c.path}"
+    text = _read(src, c.path)
+    if text is None:
+        return None, f"{shown} not found"
+    hit = fixes.dockerfile_names_fix(text, c.fix)
+    if hit is not None:
+        return True, f"{shown}:{hit}: an instruction applies {c.fix}"
+    return False, f"{shown}: no instruction applies {c.fix} (comments do not count)"
+
+
+def named_fixes(registry: list[Workaround]) -> tuple[str, ...]:
+    """Every fix a `vllm_dockerfile_applies` condition names (all_of parts too), in registry order, once each:
+    what an image build looks for in the checkout's Dockerfile.rocm_base and records as a label."""
+    found: list[str] = []
+    for w in registry:
+        for c in w.remove_when:
+            found += [part.fix for part in (c.parts or (c,)) if part.kind == "vllm_dockerfile_applies"]
+    return tuple(dict.fromkeys(found))
+
+
 def check_condition(c: Condition, sources: Sources) -> tuple[bool | None, str]:
     """(met, evidence): True when the condition holds, False when it was checked and does not, None unknown."""
-    if c.kind in ("vllm_file_lacks", "vllm_file_has"):
+    if c.kind == "all_of":
+        results = [check_condition(part, sources) for part in c.parts]
+        evidence = "; ".join(e for _, e in results if e)
+        if any(met is False for met, _ in results):
+            return False, evidence
+        if any(met is None for met, _ in results):
+            return None, evidence
+        return True, evidence
+    if c.kind == "vllm_tests_do_not_set" and sources.image_tree is not None:
+        return _tests_do_not_set(c, sources.image_tree, sources.image_workspace)  # what will run
+    if c.kind in ("vllm_tests_do_not_set", "vllm_dockerfile_applies"):
         if sources.vllm_src is None:
             return None, ""
-        lines = _file_lines(sources.vllm_src, c.path)
-        shown = f"{sources.vllm_src}/{c.path}"
-        if lines is None:
-            return None, f"{shown} not found"
-        regex = re.compile(c.pattern)
-        hit = next((n for n, line in enumerate(lines, 1) if regex.search(line)), None)
-        if c.kind == "vllm_file_lacks":
-            if hit is None:
-                return True, f"{shown}: no line matches /{c.pattern}/ any more"
-            return False, f"{shown}:{hit}: {lines[hit - 1].strip()}"
-        if hit is not None:
-            return True, f"{shown}:{hit}: {lines[hit - 1].strip()}"
-        return False, f"{shown}: no line matches /{c.pattern}/"
+        if c.kind == "vllm_tests_do_not_set":
+            return _tests_do_not_set(c, sources.vllm_src)
+        return _dockerfile_applies(c, sources.vllm_src)
     if c.kind == "vllm_commit":
         if sources.vllm_src is None:
             return None, ""
@@ -213,10 +261,14 @@ def _keys(block, keys: set[str], where: str, what: str) -> dict:
     return block
 
 
-def _condition(item, where: str) -> Condition:
+def _condition(item, where: str, depth: int = 0) -> Condition:
     if not isinstance(item, dict) or len(item) != 1 or next(iter(item)) not in CONDITION_KINDS:
         raise InputError(f"each 'remove_when' item is one of {', '.join(sorted(CONDITION_KINDS))}", where=where)
     kind, body = next(iter(item.items()))
+    if kind == "all_of":
+        if depth or not isinstance(body, list) or len(body) < 2:
+            raise InputError("all_of takes a list of two or more conditions (not nested)", where=where)
+        return Condition(kind, parts=tuple(_condition(part, where, depth + 1) for part in body), where=where)
     if kind == "vllm_commit":
         if not isinstance(body, str) or not _COMMIT.fullmatch(body):
             raise InputError("vllm_commit must be a commit hash (7 to 40 lowercase hex digits)", where=where)
@@ -224,15 +276,17 @@ def _condition(item, where: str) -> Condition:
     if kind == "image_label":
         block = _keys(body, LABEL_KEYS, where, kind)
         return Condition(kind, label=block["name"], has=block["has"], where=where)
-    block = _keys(body, FILE_KEYS, where, kind)
+    block = _keys(body, TESTS_KEYS if kind == "vllm_tests_do_not_set" else DOCKERFILE_KEYS, where, kind)
     rel = PurePosixPath(block["path"])
     if rel.is_absolute() or ".." in rel.parts or not rel.parts:
         raise InputError(f"{kind} path {block['path']!r} must be relative to the vLLM checkout", where=where)
-    try:
-        re.compile(block["pattern"])
-    except re.error as exc:
-        raise InputError(f"{kind} pattern is not a regular expression: {exc}", where=where) from None
-    return Condition(kind, path=str(rel), pattern=block["pattern"], where=where)
+    if kind == "vllm_tests_do_not_set":
+        if not _ENV_NAME.fullmatch(block["variable"]) or not block["path"].endswith(".py"):
+            raise InputError(f"{kind} names a Python module and an environment variable", where=where)
+        return Condition(kind, path=str(rel), variable=block["variable"], where=where)
+    if not _FIX.fullmatch(block["fix"]):
+        raise InputError(f"{kind} fix {block['fix']!r} must read owner/repo#N", where=where)
+    return Condition(kind, path=str(rel), fix=block["fix"], where=where)
 
 
 def from_document(doc: yamldoc.Document) -> list[Workaround]:
@@ -308,16 +362,20 @@ def as_json(checks: list[Check]) -> list[dict]:
 
 def render(checks: list[Check], sources: Sources) -> str:
     """Each workaround, its status and evidence, for people (`invoke workarounds`)."""
+    from rocmci import report
     from rocmci.runs.results import ref_url
 
-    lines = []
+    items = []
     for c in checks:
         w = c.workaround
         sets = ", ".join(f"{k}={v}" for k, v in w.sets.items()) or "-"
         scope = ", ".join(w.workloads) + (f" [{', '.join(w.tests)}]" if w.tests else "")
-        lines.append(f"{w.id}: {c.status.upper()}  (sets {sets}; {scope})")
-        lines += [f"    evidence: {line}" for line in c.evidence or (c.reason(),)]
-        lines += [f"    ref: {ref} {ref_url(ref) or ''}".rstrip() for ref in w.refs]
+        fields = [("evidence", line) for line in c.evidence or (c.reason(),)]
+        fields += [("ref", f"{ref} {ref_url(ref) or ''}".rstrip()) for ref in w.refs]
+        items.append((f"{w.id}: {c.status.upper()}  (sets {sets}; {scope})", fields))
+    # report.records: fitted and coloured on a terminal, `    label: text` lines elsewhere (as before)
+    text = report.records(items, styles={"OBSOLETE": "bold red", "APPLIES": "green"})
     if not sources.any:
-        lines.append("\nno evidence given: name a vLLM checkout (--vllm-src PATH) or an image (--image TAG)")
-    return "\n".join(lines)
+        note = "no evidence given: name a vLLM checkout (--vllm-src PATH) or an image (--image TAG)"
+        text += "\n\n" + report.lines([note])
+    return text

@@ -11,14 +11,18 @@ from rocmci.errors import PreflightError, UsageError
 from rocmci.gpus import Gpu
 from rocmci.report import plural
 from rocmci.runs.workarounds import Workaround, env_for
+from rocmci.values import parse_int
 
 WORKSPACE = "/vllm-workspace"
 DP_EXAMPLE = "examples/offline_inference/data_parallel.py"
 DP_EXAMPLE_MOVED = "examples/features/data_parallel/data_parallel_offline.py"  # since April 2026
 MOE_TEST_FILE = "tests/kernels/moe/test_deepep_moe.py"
+# Upstream runs the whole module in one pytest; rocmci runs it as two complementary halves so a
+# workaround scoped to one never reaches the other. Together they select every test of the module, so
+# a test the module gains is never dropped (the low-latency tests are the ones named low_latency).
 MOE_MODES = {
-    "high-throughput": "test_deep_ep_moe and not low_latency",
-    "low-latency": "test_low_latency_deep_ep_moe",
+    "high-throughput": "not low_latency",
+    "low-latency": "low_latency",
 }
 MOE_GPUS = 2  # multi_gpu_test(num_gpus=2) in vLLM's test module
 RESULTS_MOUNT = "/rocmci-results"
@@ -50,8 +54,26 @@ ORCHESTRATION_VARS = (
     "VLLM_CI_RESULTS_ROOT",
     "VLLM_ALLOW_DEPRECATED_BEAM_SEARCH",
 )
-PYTEST_NO_TESTS = 5  # the runner's handle_pytest_exit turns this into success
-GPU_HANG_EXIT = 134  # SIGABRT from a ROCm/KFD GPU hang: the pipeline retries the job once on it
+# run-amd-test.sh's defaults (`: "${NAME:=default}"`): the host's value when it has one, else these.
+# PYTEST_TIMEOUT stops a hung test (pytest-timeout reads it); PYTHONFAULTHANDLER dumps stacks on a crash.
+RUNNER_DEFAULTS = {
+    "HF_HUB_DOWNLOAD_TIMEOUT": "300",
+    "HF_HUB_ETAG_TIMEOUT": "60",
+    "PYTHONFAULTHANDLER": "1",
+    "PYTEST_TIMEOUT": "2400",
+}
+# The PYTEST_ADDOPTS the runner appends unless already there: stack dumps of a test hung for 25 minutes
+# and the slowest tests listed. (Its --color and --timeout-method are not: see README.)
+PYTEST_ADDOPTS = (("--durations=", "--durations=25"), ("--durations-min=", "--durations-min=1.0"),
+                  ("faulthandler_timeout=", "-o faulthandler_timeout=1500"))  # fmt: skip
+HF_MOUNT = "/root/.cache/huggingface"
+STAGED_WORKSPACE = "/opt/vllm-ci/workspace"  # where vLLM's CI image keeps the tests; the runner copies it
+# pytest keeps only the last -k: one in --extra (or in the step's command) would silently replace the
+# mode's and run the other mode's tests under this mode's workarounds, so it is and-ed into the mode's.
+KEYWORD_OPTIONS = ("-k", "--keyword")
+# The step's own JUnit path is dropped for rocmci's. One in --extra is passed on: pytest then writes only
+# there, and the run fails for want of its report (a report elsewhere proves nothing about this run).
+JUNIT_OPTIONS = ("--junitxml", "--junit-xml")
 
 
 @dataclass(frozen=True)
@@ -64,6 +86,8 @@ class Workload:
     junit: str | None = None  # file name of the JUnit XML in the results folder
     workarounds: tuple[str, ...] = ()
     group: str | None = None  # shards of one run share a group and are reported as one
+    needs_deepep: bool = True  # preflight checks the image's DeepEP archs against the GPUs
+    about: tuple[str, ...] = ()  # what the dry run shows first (run.step: the generated step)
 
     @property
     def sharded(self) -> bool:
@@ -76,20 +100,26 @@ class Workload:
 
 
 def dp_example(
-    *, model: str, tp: int, dp: int, max_model_len: int, backend: str, example: str, extra: Sequence[str] = ()
-) -> Workload:
-    """The example's command line; values arrive checked and defaulted (cli/flags.py)."""
+    *, model: str, tp: int, dp: int, max_model_len: int, backend: str, example: str, extra: Sequence[str] = (),
+    flags: tuple[str, str] = ("-tp", "-dp"), env: Mapping[str, str] | None = None,
+) -> Workload:  # fmt: skip
+    """The example's command line; values arrive checked and defaulted (cli/flags.py).
+
+    `flags`: the example's own spelling of the parallel sizes (older examples take --tp-size/--dp-size);
+    `env`: the variables the step file's command sets for it (the seed: VLLM_LOGGING_LEVEL=DEBUG).
+    """
     argv = (
         "python3",
         example,
         f"--model={model}",
-        f"-tp={tp}",
-        f"-dp={dp}",
+        f"{flags[0]}={tp}",
+        f"{flags[1]}={dp}",
         f"--max-model-len={max_model_len}",
         f"--all2all-backend={backend}",
         *extra,
     )
-    return Workload("dp-example", "dp-example", argv, {"VLLM_LOGGING_LEVEL": "DEBUG"}, gpus=tp * dp)
+    chosen = {"VLLM_LOGGING_LEVEL": "DEBUG"} if env is None else dict(env)
+    return Workload("dp-example", "dp-example", argv, chosen, gpus=tp * dp)
 
 
 def moe_tests(
@@ -102,17 +132,21 @@ def moe_tests(
     results_path: str = RESULTS_MOUNT,
     obsolete: frozenset[str] = frozenset(),
     color: bool = False,
+    test_file: str = MOE_TEST_FILE,
+    options: Sequence[str] = ("-v", "-s"),
 ) -> list[Workload]:
     """One pytest run per mode and shard, so a workaround scoped to one mode never leaks into the other.
 
     Workarounds named in `obsolete` (their removal condition is met) are left out. `color`: the output is
     streamed to a colour terminal, so pytest colours it although its own stdout is a pipe.
     """
+    extra_keywords, extra = split_keywords(extra)
+    keywords = [k for k in (keyword, *extra_keywords) if k]
     out = []
     for mode in modes:
         if mode not in MOE_MODES:
             raise UsageError(f"unknown mode {mode!r}", hint=f"choose {', '.join(MOE_MODES)} or both")
-        expression = MOE_MODES[mode] if not keyword else f"({MOE_MODES[mode]}) and ({keyword})"
+        expression = " and ".join(f"({k})" for k in (MOE_MODES[mode], *keywords)) if keywords else MOE_MODES[mode]
         env, ids = env_for(list(registry), "moe-tests", mode, set(obsolete))
         for index in range(shards):
             suffix = f"-shard{index}" if shards > 1 else ""
@@ -122,9 +156,8 @@ def moe_tests(
                 "python3",
                 "-m",
                 "pytest",
-                "-v",
-                "-s",
-                MOE_TEST_FILE,
+                *options,
+                test_file,
                 "-k",
                 expression,
                 *sharding,
@@ -135,6 +168,27 @@ def moe_tests(
             name = f"moe-tests {mode}" + (f" shard {index}/{shards}" if shards > 1 else "")
             out.append(Workload(name, "moe-tests", argv, dict(env), MOE_GPUS, junit, tuple(ids), mode))
     return out
+
+
+def split_keywords(extra: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the -k expressions in --extra, the other words): the run passes one -k, the mode's and-ed with these."""
+    keywords: list[str] = []
+    rest: list[str] = []
+    words = iter(extra)
+    for word in words:
+        name, eq, value = word.partition("=")
+        if word in KEYWORD_OPTIONS:
+            following = next(words, None)
+            if following is None:
+                raise UsageError(f"--extra ends with {word} and no expression", hint="use -k EXPR, e.g. -k fp8")
+            keywords.append(following)
+        elif name == "--keyword" and eq:
+            keywords.append(value)
+        elif word.startswith("-k") and not word.startswith("--"):
+            keywords.append(word[2:])
+        else:
+            rest.append(word)
+    return keywords, rest
 
 
 def expand_modes(mode: str) -> tuple[str, ...]:
@@ -159,16 +213,19 @@ def choose_gpus(
         raise PreflightError(
             f"{plural(runs, 'run')} of {plural(per_run, 'GPU')}: together they need {need} GPUs, "
             f"this host offers {len(pool)}",
-            hint="use fewer --shards or a bigger host",
+            hint="use fewer --shards or a bigger host" if runs > 1 else "use a host with more GPUs, or ask for fewer",
         )
     return [pool[i * per_run : (i + 1) * per_run] for i in range(runs)]
 
 
-def check_archs(gpus: Sequence[Gpu], image_archs: str | None, image: str) -> None:
-    """The image's DeepEP must be built for every GPU the run uses."""
+def check_archs(gpus: Sequence[Gpu], image_archs: str | None, image: str, source: str = "") -> None:
+    """The image's DeepEP must be built for every GPU the run uses; `source` says where the list was read."""
     if not image_archs:
-        raise PreflightError(f"image {image} has no rocmci.arch label", hint="build it with `invoke image.build`")
-    built = set(archmod.parse_arch_list(image_archs, what="image label rocmci.arch"))
+        raise PreflightError(
+            f"image {image} does not say which GPUs its DeepEP is built for ({source or 'no arch label'})",
+            hint="build it with `rocmci image.build`, or pass --skip-preflight if you know it fits",
+        )
+    built = set(archmod.parse_arch_list(image_archs, what=f"image {source or 'arch label'}"))
     for gpu in gpus:
         if gpu.arch not in built:
             raise PreflightError(
@@ -211,6 +268,66 @@ def expected_gpu_count(env: Mapping[str, str]) -> int | None:
     raw = env.get("VLLM_CI_EXPECTED_GPU_COUNT")
     if raw is None or raw == "":
         return None
-    if not raw.isdigit():
-        raise UsageError(f"invalid VLLM_CI_EXPECTED_GPU_COUNT={raw!r}", hint="it must be a whole number of GPUs")
-    return int(raw)
+    try:  # ASCII digits, bounded: '²'.isdigit() is true but int('²') fails, 5,000 digits exceed int()'s limit
+        return parse_int(raw, "VLLM_CI_EXPECTED_GPU_COUNT", low=0)
+    except UsageError as exc:
+        raise UsageError(exc.message, hint="set it to the number of GPUs of this pod, e.g. 8") from None
+
+
+def pytest_addopts(inherited: str) -> str:
+    """The runner's PYTEST_ADDOPTS: what the host set, plus each default whose option is not there yet."""
+    out = inherited.strip()
+    for marker, option in PYTEST_ADDOPTS:
+        if marker not in f" {out} ":
+            out = f"{out} {option}".strip()
+    return out
+
+
+def runner_defaults(inherited: Mapping[str, str]) -> dict[str, str]:
+    """What the runner exports for every test process, in both its Docker and its native path."""
+    env = {name: inherited.get(name) or default for name, default in RUNNER_DEFAULTS.items()}
+    env["PYTEST_ADDOPTS"] = pytest_addopts(inherited.get("PYTEST_ADDOPTS", ""))
+    return env
+
+
+def job_id(inherited: Mapping[str, str], fallback: str) -> str:
+    """The runner's container_job_id: the Buildkite job (or parallel job), made safe for a path."""
+    raw = inherited.get("BUILDKITE_JOB_ID") or inherited.get("BUILDKITE_PARALLEL_JOB") or fallback
+    return "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else "_" for c in raw)
+
+
+def container_env(job: str, inherited: Mapping[str, str]) -> dict[str, str]:
+    """The -e values of the runner's `docker run`: per-job TMPDIR and caches, HF settings, test defaults."""
+    cache = f"/tmp/vllm-buildkite-{job}/cache"
+    return {
+        **runner_defaults(inherited),
+        "HF_HOME": HF_MOUNT,
+        "TMPDIR": f"/tmp/vllm-{job[:8]}/tmp",
+        "TIKTOKEN_RS_CACHE_DIR": f"{HF_MOUNT}/tiktoken-rs-cache",
+        "TORCHINDUCTOR_CACHE_DIR": f"{cache}/torchinductor",
+        "TRITON_CACHE_DIR": f"{cache}/triton",
+        "VLLM_CACHE_ROOT": f"{cache}/vllm",
+        "XDG_CACHE_HOME": f"{cache}/xdg",
+    }
+
+
+def parallel_env(job: int | None, count: int | None) -> dict[str, str]:
+    """BUILDKITE_PARALLEL_JOB(_COUNT) for one shard of a step with parallelism, as Buildkite sets them."""
+    if job is None or not count:
+        return {}
+    return {"BUILDKITE_PARALLEL_JOB": str(job), "BUILDKITE_PARALLEL_JOB_COUNT": str(count)}
+
+
+# The runner's CONTAINER_PREFLIGHT without its import check (see README): the staged tests copied to the
+# workspace when the image has them (vLLM's CI images do, rocmci's own keep the tree in place), and the
+# per-job folders made.
+PREFLIGHT = (
+    f"if [ -d {STAGED_WORKSPACE} ]; then mkdir -p {WORKSPACE} && cp -a {STAGED_WORKSPACE}/. {WORKSPACE}/; fi"
+    ' && mkdir -p "$TMPDIR" "$TIKTOKEN_RS_CACHE_DIR" "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR"'
+    ' "$VLLM_CACHE_ROOT" "$XDG_CACHE_HOME"'
+)
+
+
+def in_container(argv: Sequence[str]) -> tuple[str, ...]:
+    """A workload's argv behind the runner's preflight; its arguments stay argv, never shell text."""
+    return ("/bin/sh", "-c", PREFLIGHT + ' && exec "$@"', "rocmci", *argv)

@@ -1,0 +1,1 @@
+"""Stand-in DeepEP package: importable, with one extension library."""
