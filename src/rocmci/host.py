@@ -15,14 +15,56 @@ def version() -> int:
     return 0
 
 
+NOT_SET = "(not set)"  # None and '' alike: the source column says what an unset value means
+
+
+def shown_value(value) -> str:
+    """A setting's value for people: booleans as in pyproject, nothing set as one word for None and ''."""
+    if value is None or value == "":
+        return NOT_SET
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def shown_source(source: str, checkout: str) -> str:
+    """Where a value came from, with the vLLM checkout's path left out (it is printed once, below)."""
+    return source.replace(f"{checkout}/", "") if checkout else source
+
+
+def settings_rows(resolved) -> list[tuple[str, str, str]]:
+    return [(name, shown_value(resolved.values[name].value), shown_source(source, resolved.vllm_src))
+            for name, _, source in resolved.rows()]  # fmt: skip
+
+
 def show_settings(v) -> int:
+    from rocmci.report import terminal_mode
+
     resolved = settingsmod.resolve()
     if v.json:
         print(to_json({name: {"value": value, "source": source} for name, value, source in resolved.rows()}))
+        return 0
+    rows = settings_rows(resolved)
+    headers = ("setting", "value", "source")
+    mode = terminal_mode()
+    if mode.interactive and not _fits(headers, rows, mode.width or 80):
+        # Too narrow for three columns (80 is): a setting per line, its source after the value only where
+        # it is not the built-in default, so the common case stays one line.
+        rows2 = [(n, val if src == "default" else f"{val}  ({src})") for n, val, src in rows]
+        print(table(("setting", "value (source, where not the default)"), rows2, styles={NOT_SET: "dim"}))
     else:
-        print(table(("setting", "value", "source"), resolved.rows(), styles={"default": "dim"}))
-        print(f"\nworkspace: {resolved.workspace}")
+        print(table(headers, rows, styles={"default": "dim", NOT_SET: "dim"}))
+    print(f"\nworkspace: {resolved.workspace}")
+    if resolved.vllm_src:
+        print(f"vLLM checkout: {resolved.vllm_src}")
     return 0
+
+
+def _fits(headers, rows, width: int) -> bool:
+    from rocmci.report import GAP
+
+    natural = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    return sum(natural) + GAP * (len(headers) - 1) <= width
 
 
 def _file_check(name: str, path: Path):
@@ -38,7 +80,7 @@ def doctor(v) -> int:
     from rocmci.image.service import configured_image
     from rocmci.report import lines as report_lines
 
-    s = settingsmod.resolve()
+    s = settingsmod.resolve(flags={"vllm_src": v.vllm_src})
     root = Path(v.host_root)
     try:
         image_ref = configured_image(s)
@@ -47,7 +89,11 @@ def doctor(v) -> int:
     checks = doc.host_checks(
         root / "sys/class/kfd/kfd/topology/nodes", root / "dev/kfd", str(root / "dev/dri/renderD*")
     )
-    checks += doc.engine_checks(Engine(s.docker), image_ref, want_buildkit=v.for_ in (None, "build"))
+    engine = Engine(s.docker)
+    checks += doc.engine_checks(engine, image_ref, want_buildkit=v.for_ in (None, "build"))
+    if v.for_ in (None, "build"):
+        engine_ok = next(c.ok for c in checks if c.name == "docker engine")
+        checks.append(doc.features_check(engine, Path(s.vllm_src) if s.vllm_src else None, engine_ok))
     checks.append(doc.disk_check(s.workspace))
     checks.append(_file_check("step file", s.path("source")))
     checks.append(_file_check("inventory", s.path("inventory")))

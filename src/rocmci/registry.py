@@ -66,7 +66,8 @@ MAX_RUN_SECONDS = 7 * 24 * 3600  # far beyond vLLM's longest job (its template c
 REGISTRY: tuple[Setting, ...] = (
     Setting(
         "vllm_src",
-        "vLLM checkout whose docker/Dockerfile.rocm is the image (default: the current folder when it is one); "
+        "vLLM checkout whose docker/Dockerfile.rocm is the image (default: the checkout holding the current "
+        "folder); "
         "also evidence for workarounds",
         default="",
     ),
@@ -106,7 +107,8 @@ REGISTRY: tuple[Setting, ...] = (
         "deepep_flags",
         "DeepEP setup.py flags in build_deepep (but --variant, --nic)",
         from_vllm="deepep-flags",
-        pattern=rf" *(?:{_SETUP_FLAG}(?: +{_SETUP_FLAG})*)? *",
+        # The trailing blanks belong to the flags: ' *(...)? *' let two ' *' share a run of blanks (quadratic).
+        pattern=rf" *(?:{_SETUP_FLAG}(?: +{_SETUP_FLAG})* *)?",
         pattern_hint="setup.py flags separated by spaces, e.g. --rocm-explicit-ctx --rocm-gfx942-fp8-fnuz-max 224",
     ),
     Setting(

@@ -11,14 +11,46 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from io import StringIO
 from typing import IO, Any, NamedTuple
 
+from rocmci.errors import UsageError
+from rocmci.values import parse_int
+
 GAP = 2  # spaces between table columns
 INDENT = 2  # findings under their file, fields of a stacked record
+# A field printed for people is cut here: a 1 MB label in a step file must not make a 1 MB line.
+MAX_FIELD = 1000
+
+
+# ------------------------------------------------------------------------------- terminal safety
+
+# C0 controls but tab and newline, DEL, and C1 controls (U+0080..U+009F: some terminals act on them as ESC [).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL_OR_NEWLINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
+
+
+def _escape_one(match: re.Match) -> str:
+    c = match.group()
+    return _NAMED.get(c) or f"\\x{ord(c):02x}"
+
+
+def safe(text: Any, *, limit: int | None = MAX_FIELD, one_line: bool = True) -> str:
+    """`text` as it may be printed: control characters shown as escapes (ESC as \\e, NUL as \\x00), never
+    sent to the terminal (a file or an image label could clear the screen or retitle the window); cut to
+    `limit` characters, saying how much was left out. `one_line` escapes newlines and tabs too."""
+    text = str(text)
+    cut = ""
+    if limit is not None and len(text) > limit:
+        cut = f"... ({len(text) - limit} more characters)"
+        text = text[:limit]
+    pattern = _CONTROL_OR_NEWLINE if one_line else _CONTROL
+    return pattern.sub(_escape_one, text) + cut
 
 
 class Mode(NamedTuple):
@@ -55,7 +87,10 @@ def _terminal_width(stream: IO[str], env: Mapping[str, str]) -> int:
         width = 0
     if width <= 0:  # a pseudo-terminal nobody sized (pre-commit's, for one): COLUMNS, else 80
         columns = env.get("COLUMNS", "")
-        width = int(columns) if columns.isdigit() and int(columns) > 0 else 80
+        try:  # values.parse_int: '²'.isdigit() is true but int('²') fails; 5,000 digits exceed int()'s limit
+            width = parse_int(columns, "COLUMNS", low=1)
+        except UsageError:
+            width = 80
     return width
 
 
@@ -71,7 +106,7 @@ class PlainOut:
         self.file = stream
 
     def print(self, obj: Any = "", **_: Any) -> None:
-        print(str(obj), file=self.file)
+        print(safe(obj, limit=None, one_line=False), file=self.file)
 
 
 def console(stream: IO[str] | None = None, mode: Mode | None = None, *, rich_always: bool = False):
@@ -257,20 +292,105 @@ def table(
     `styles` maps a cell's exact text to a rich style (e.g. {"ok": "green"}); used only in colour.
     """
     mode = terminal_mode(stream)
+    headers = [safe(h) for h in headers]
+    rows = [[safe(c, one_line=False) for c in row] for row in rows]
     if not mode.interactive:
-        return _plain_table([str(h) for h in headers], [[str(c) for c in row] for row in rows])
+        return _plain_table(headers, rows)
     return _render(table_renderable(headers, rows, mode.width or 80, styles), mode)
 
 
 def lines(texts: Sequence[str], *, stream: IO[str] | None = None) -> str:
     """Sentences for `stream`: on a terminal each wraps between words, continued under its own text."""
     mode = terminal_mode(stream)
+    texts = [safe(t, limit=None, one_line=False) for t in texts]
     if not mode.interactive:
         return "\n".join(texts)
     from rich.console import Group
     from rich.text import Text
 
     return _render(Group(*(Text(t) for t in texts)), mode)
+
+
+def columns(rows: Sequence[Sequence[Any]], *, indent: int = 0, stream: IO[str] | None = None) -> str:
+    """Rows of cells without a header (help's `--flag VALUE  what it does`): aligned, and on a terminal
+    fitted to its width, the last column wrapped between words under itself."""
+    mode = terminal_mode(stream)
+    text_rows = [[safe(c) for c in row] for row in rows]
+    if not text_rows:
+        return ""
+    pad = " " * indent
+    if not mode.interactive:
+        widths = [max(len(r[i]) for r in text_rows) for i in range(len(text_rows[0]) - 1)]
+        return "\n".join(
+            (pad + "  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]])).rstrip()
+            for r in text_rows
+        )
+    from rich.padding import Padding
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, GAP, 0, 0), pad_edge=False)
+    for _ in text_rows[0][:-1]:
+        grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for row in text_rows:
+        grid.add_row(*row)
+    return _render(Padding(grid, (0, 0, 0, indent)), mode)
+
+
+def records(items: Sequence[tuple[str, Sequence[tuple[str, str]]]], *, stream: IO[str] | None = None,
+            styles: Mapping[str, str] | None = None) -> str:  # fmt: skip
+    """Records for people: a heading, then `label: text` fields under it (the workaround registry's layout).
+
+    Plain: `heading` then `    label: text` per field. On a terminal the heading is bold, labels dimmed
+    and aligned, and each text wraps between words under itself. `styles` colours a heading's words.
+    """
+    mode = terminal_mode(stream)
+    clean = [(safe(h), [(safe(label), safe(text)) for label, text in fields]) for h, fields in items]
+    if not mode.interactive:
+        return "\n".join(
+            "\n".join([h, *(f"    {label}: {text}" for label, text in fields)]) for h, fields in clean
+        )
+    from rich.console import Group
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
+
+    parts = []
+    for heading, fields in clean:
+        title = Text(heading, style="bold")
+        for word, style in (styles or {}).items():
+            title.highlight_words([word], style=style)
+        parts.append(title)
+        if fields:
+            grid = Table.grid(padding=(0, GAP, 0, 0))
+            grid.add_column(no_wrap=True, style="dim")
+            grid.add_column(overflow="fold")
+            for label, text in fields:
+                grid.add_row(label, text)
+            parts.append(Padding(grid, (0, 0, 0, INDENT)))
+    return _render(Group(*parts), mode)
+
+
+def error_line(text: str, *, stream: IO[str] | None = None) -> str:
+    """A `rocmci: ...` message for stderr: escaped and bounded; on a terminal wrapped between words, with
+    the continuation under the message and `rocmci:` in red."""
+    stream = sys.stderr if stream is None else stream
+    mode = terminal_mode(stream)
+    text = safe(text, limit=4 * MAX_FIELD)
+    if not mode.interactive:
+        return text
+    from rich.table import Table
+    from rich.text import Text
+
+    head, sep, rest = text.partition(": ")
+    if not sep or " " in head:
+        head, rest = "", text
+    grid = Table.grid(padding=(0, 1, 0, 0), pad_edge=False)
+    if head:
+        grid.add_column(no_wrap=True, style="bold red")
+    grid.add_column(overflow="fold")
+    grid.add_row(*([Text(head + ":")] if head else []), Text(rest))
+    return _render(grid, mode)
 
 
 # ----------------------------------------------------------------------------------------------- other

@@ -11,7 +11,6 @@ import errno
 import os
 import re
 import stat
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 from rocmci.errors import InputError, UsageError
 from rocmci.registry import BY_NAME, ENV_PREFIX, REGISTRY, Setting  # noqa: F401  (settings' API)
+from rocmci.values import parse_int
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,19 @@ class Settings:
     def path(self, name: str) -> Path:
         # realpath, not Path.resolve(): on a symlink loop it returns the path (3.11's resolve raises
         # RuntimeError), and the file reader then names the loop and this setting in one line.
-        return Path(os.path.realpath(self.workspace / os.path.expanduser(str(getattr(self, name)))))
+        text = str(getattr(self, name))
+        if not text.strip():  # else ROCMCI_WORKAROUNDS= became the workspace itself: "'.': is a directory"
+            raise UsageError(f"setting {name} ({self.origin(name)}) is empty", hint="give a path, or unset it")
+        return Path(os.path.realpath(self.workspace / os.path.expanduser(text)))
 
     def rows(self) -> list[tuple[str, str, str]]:
-        return [(s.name, str(self.values[s.name].value), self.values[s.name].source) for s in REGISTRY]
+        """For display: a URL's credentials (ROCMCI_DEEPEP_REPO=https://oauth2:...@...) are shown as ***."""
+        from rocmci.values import without_url_credentials
+
+        return [
+            (s.name, without_url_credentials(str(self.values[s.name].value)), self.values[s.name].source)
+            for s in REGISTRY
+        ]
 
 
 def suggest(name: str, known: list[str] | None = None) -> str:
@@ -76,7 +85,6 @@ def _unknown(name: str, where: str) -> UsageError:
     return UsageError(f"unknown setting {name!r} in {where}", hint=suggest(name))
 
 
-_INT_TEXT = re.compile(r"[+-]?[0-9]{1,18}")  # ASCII digits only: int() also takes '1_0' and '١٠'
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _TRUE = {"true", "1"}
 _FALSE = {"false", "0"}
@@ -92,13 +100,11 @@ def _bad(setting: Setting, where: str, what: str, raw: Any, hint: str | None = N
 
 
 def _convert_int(setting: Setting, raw: Any, where: str) -> int:
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        number = raw
-    elif isinstance(raw, str) and _INT_TEXT.fullmatch(raw.strip()):
-        number = int(raw.strip())
-    else:
-        # TOML floats (2.9, inf, nan), booleans, text like '2.9', '1e3', '0x10' or 5,000 digits.
-        raise _bad(setting, where, "must be an integer", raw)
+    try:
+        number = parse_int(raw, setting.name)  # the one parser of numbers from outside (ASCII digits, bounded)
+    except UsageError:
+        # TOML floats (2.9, inf, nan), booleans, text like '2.9', '1e3', '0x10', '²' or 5,000 digits.
+        raise _bad(setting, where, "must be an integer", raw) from None
     if setting.min is not None and number < setting.min:
         raise _bad(setting, where, f"must be at least {setting.min}", number)
     if setting.max is not None and number > setting.max:
@@ -128,7 +134,7 @@ def _convert_str(setting: Setting, raw: Any, where: str) -> str:
         raise _bad(setting, where, f"contains the control character {control.group()!r}", raw)
     if setting.choices is not None and raw not in setting.choices:
         close = difflib.get_close_matches(raw, setting.choices, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}?" if close else f"choose one of: {', '.join(setting.choices)}"
+        hint = f"did you mean {close[0]!r}?" if close else f"choose one of: {', '.join(repr(c) if not c else c for c in setting.choices)}"
         raise _bad(setting, where, "is not one of the known values", raw, hint=hint)
     if setting.pattern is not None and not re.fullmatch(setting.pattern, raw):
         raise _bad(setting, where, _why_not_valid(raw, setting.pattern), raw, hint=setting.pattern_hint)
@@ -156,35 +162,50 @@ def convert(setting: Setting, raw: Any, where: str) -> Any:
     return _convert_str(setting, raw, where)
 
 
+def _flag_of(name: str) -> str:
+    """The flag that gives setting `name`: --network for build_network, so a message names a flag that exists."""
+    from rocmci.cli.flags import FLAGS, flag_text  # the flag table owns flag names; read only when a flag was given
+
+    return next((flag_text(n) for n, f in FLAGS.items() if f.setting == name), "--" + name.replace("_", "-"))
+
+
+def find_checkout(start: Path | None = None) -> Path | None:
+    """The vLLM checkout holding `start` (default: the current folder): it or the nearest folder above it."""
+    from rocmci.checkout import is_checkout
+
+    here = Path(os.path.realpath(start or Path.cwd()))
+    return next((folder for folder in (here, *here.parents) if is_checkout(folder)), None)
+
+
 def find_workspace(start: Path | None = None) -> Path:
-    """The nearest folder upwards whose pyproject.toml has [tool.rocmci]; else the start folder."""
+    """Where settings and relative paths are read from.
+
+    The nearest folder upwards whose pyproject.toml has [tool.rocmci], looking no higher than the vLLM
+    checkout that holds the start folder (a vLLM clone kept inside some other project is its own
+    workspace); else that checkout's root, so every task works from any of its subfolders; else the
+    start folder.
+    """
     from rocmci.files import read_text
 
-    here = (start or Path.cwd()).resolve()
+    here = Path(os.path.realpath(start or Path.cwd()))
+    checkout = find_checkout(here)
     for folder in (here, *here.parents):
         candidate = folder / "pyproject.toml"
         if candidate.is_file() and "[tool.rocmci]" in read_text(candidate, what="the workspace's pyproject.toml"):
             return folder
-    return here
-
-
-_TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
+        if folder == checkout:
+            break
+    return checkout or here
 
 
 def read_pyproject(workspace: Path) -> dict[str, Any]:
-    from rocmci.files import read_text
+    from rocmci.files import parse_toml, read_text
 
     path = workspace / "pyproject.toml"
     if not path.exists() and not path.is_symlink():
         return {}
     text = read_text(path, what="the workspace's pyproject.toml")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        at = _TOML_POSITION.search(message)
-        where = f"{path}:{at.group(1)}:{at.group(2)}" if at else str(path)
-        raise InputError(f"invalid TOML: {_TOML_POSITION.sub('', message).strip()}", where=where) from None
+    data = parse_toml(text, str(path))  # bounded: huge integers and deep nesting are one line, not a traceback
     tool = data.get("tool", {})
     if not isinstance(tool, dict):
         raise InputError(f"'tool' must be a table, got {type(tool).__name__} {tool!r}"[:120], where=str(path))
@@ -245,7 +266,7 @@ def resolve(
             where = f"env {setting.env_var}"
             result = Resolved(convert(setting, env[setting.env_var], where), where)
         if setting.name in flags:
-            where = f"flag --{setting.name.replace('_', '-')}"
+            where = f"flag {_flag_of(setting.name)}"
             result = Resolved(convert(setting, flags[setting.name], where), where)
         return result
 
@@ -266,7 +287,7 @@ def resolve(
             base = _without_checkout(setting)
         else:
             if values is None:
-                from rocmci.image.vllm_dockerfile import CheckoutValues
+                from rocmci.checkout import CheckoutValues
 
                 values = CheckoutValues(checkout)
             base = Resolved(*values.read(setting.from_vllm))
@@ -278,8 +299,8 @@ NO_CHECKOUT = "pass --vllm-src PATH (a vLLM checkout), set ROCMCI_VLLM_SRC, or r
 
 
 def _vllm_checkout(given: Resolved, workspace: Path) -> Resolved:
-    """The vLLM checkout: as given (checked), else the current folder when it is one, else '' (unset)."""
-    from rocmci.checkout import DOCKERFILE, is_checkout
+    """The vLLM checkout: as given (checked), else the one holding the current folder, else '' (unset)."""
+    from rocmci.checkout import DOCKERFILE
 
     if given.value:
         shown = f"vllm_src {_short(given.value)} ({given.source})"
@@ -296,9 +317,12 @@ def _vllm_checkout(given: Resolved, workspace: Path) -> Resolved:
         if problem:
             raise UsageError(f"{shown} {problem}", hint=hint)
         return Resolved(folder, given.source)
-    here = Path.cwd()
-    if is_checkout(here):
+    here = Path(os.path.realpath(Path.cwd()))
+    found = find_checkout(here)
+    if found == here:
         return Resolved(str(here), "default: the current folder is a vLLM checkout")
+    if found is not None:
+        return Resolved(str(found), "default: the vLLM checkout holding the current folder")
     return Resolved("", "unset: the current folder is not a vLLM checkout (no docker/Dockerfile.rocm + setup.py)")
 
 

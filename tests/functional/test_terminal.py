@@ -82,8 +82,8 @@ def assert_fits(term: Tmux, screen: str, joined: str, words: list[str]) -> None:
     plain = _lines(screen)
     assert plain == _lines(joined), "the terminal wrapped a line: the output is wider than the terminal"
     assert max(len(line) for line in plain) <= term.width
-    on_screen = set(" ".join(plain).split())
-    broken = [w for w in words if len(w) < term.width - 20 and w not in on_screen]
+    on_screen = {w.strip("():,;") for w in " ".join(plain).split()}  # a word in brackets is still whole
+    broken = [w for w in words if len(w) < term.width - 20 and w.strip("():,;") not in on_screen]
     assert broken == [], f"words broken across lines at {term.width} columns"
 
 
@@ -96,12 +96,25 @@ def _json(*args: str):
     return json.loads(done.stdout)
 
 
+def rocmci_argv(*args: str) -> list[str]:
+    """The installed command's entry point, run by this interpreter."""
+    return [sys.executable, "-c", "import sys; from rocmci.cli.program import main; sys.argv[0] = 'rocmci'; main()",
+            *args]  # fmt: skip
+
+
 def test_settings(term):
     screen, joined = term.run(*invoke_argv("settings"))
     data = _json("settings")
-    words = [w for name, row in data.items() for w in (name, *str(row["value"]).split(), *row["source"].split())]
+    shown = {"False": "false", "True": "true", "None": "(not set)", "": "(not set)"}  # the JSON keeps str(value)
+    words = [w for name, row in data.items()
+             for w in (name, *shown.get(row["value"], row["value"]).split(), *row["source"].split())]  # fmt: skip
     assert_fits(term, screen, joined, words)
     assert ANSI.search(screen), "no colour in a terminal"
+    plain = _lines(screen)
+    if term.width == 80:  # a setting per line (two where its source is long), not a folded source row each
+        assert len(plain) <= len(data) * 2
+        assert not any(line.split() == ["source", "default"] for line in plain)
+    assert "None" not in " ".join(plain).split()  # None and '' are both shown as "(not set)"
 
 
 def test_doctor(term):
@@ -111,9 +124,17 @@ def test_doctor(term):
     assert_fits(term, screen, joined, words)
     assert ANSI.search(screen)
     text = " ".join(" ".join(_lines(screen)).split())
-    for c in checks:
-        if c["name"] == "docker engine" and not c["ok"]:
-            assert "image builds: ready" not in text
+    for c in checks:  # each row: its name and status, as the JSON says
+        assert f"{c['name']} {'ok' if c['ok'] else 'no'}" in text, (c, text)
+    engine = next(c for c in checks if c["name"] == "docker engine")
+    if engine["ok"]:  # the version the engine itself reports, not a stale or guessed one
+        server = subprocess.run(
+            ["/usr/bin/docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True
+        ).stdout.strip()
+        assert server and f"server {server}" in engine["detail"] and f"server {server}" in text
+    else:
+        assert "image builds: ready" not in text
+    assert "pipeline tasks: ready" in text  # they need neither a GPU nor an engine
 
 
 def _finding_words(findings: list[dict]) -> list[str]:
@@ -198,3 +219,83 @@ def test_no_colour_from_the_hook_when_piped(tmp_path: Path):
     )
     assert done.returncode == 1
     assert "error [deepep-arch]" in done.stdout and not ANSI.search(done.stdout)
+
+
+# --- every output through the same renderer: image.check, workarounds, error lines, build progress --------
+
+
+@pytest.fixture(scope="module")
+def vllm_checkout(tmp_path_factory, vllm_fixtures: Path) -> Path:
+    """vLLM's real Dockerfile.rocm (its DeepEP arch finding has the longest message and a fix)."""
+    root = tmp_path_factory.mktemp("vllm")
+    shutil.copytree(vllm_fixtures / "docker", root / "docker")
+    shutil.copytree(REPO / "tests" / "data" / "standin" / "vllm-workspace" / "tests", root / "tests")
+    (root / "setup.py").write_text("")
+    return root
+
+
+def test_image_check(term, vllm_checkout: Path):
+    args = ("image.check", "--vllm-src", str(vllm_checkout))
+    screen, joined = term.run(*rocmci_argv(*args))
+    findings = json.loads(subprocess.run(rocmci_argv(*args, "--json"), capture_output=True, text=True, cwd=REPO,
+                                         check=False).stdout)["findings"]  # fmt: skip
+    assert findings
+    words = _finding_words(findings) + [w for f in findings for w in f["fix"].split()]
+    assert_fits(term, screen, joined, words)
+    assert ANSI.search(screen)
+    assert _lines(screen)[0] == "docker/Dockerfile.rocm"  # grouped under the file, as pipeline.validate's
+
+
+def test_workarounds(term, vllm_checkout: Path):
+    args = ("workarounds", "--vllm-src", str(vllm_checkout))
+    screen, joined = term.run(*rocmci_argv(*args))
+    checks = json.loads(subprocess.run(rocmci_argv(*args, "--json"), capture_output=True, text=True, cwd=REPO,
+                                       check=False).stdout)  # fmt: skip
+    words = [w for c in (checks if isinstance(checks, list) else checks["workarounds"])
+             for w in (c["id"], *(w for e in c["evidence"] for w in e.split()))]  # fmt: skip
+    assert words
+    assert_fits(term, screen, joined, words)
+    assert ANSI.search(screen)
+
+
+def test_error_line(term, tmp_path: Path):
+    """A long `rocmci:` line (no vLLM checkout here) wraps between words, under its own text, in red."""
+    argv = rocmci_argv("image.build", "--dry-run")
+    piped = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert piped.returncode == 2 and len(piped.stderr.strip()) > 200 and not ANSI.search(piped.stderr)
+    t = term
+    t._tmux("respawn-pane", "-k", "-t", "t", "-c", str(tmp_path), *argv)
+    deadline = time.monotonic() + 120
+    while t._tmux("display-message", "-p", "-t", "t", "#{pane_dead}").strip() != "1":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    screen = t._tmux("capture-pane", "-p", "-e", "-S", "-", "-t", "t")
+    joined = t._tmux("capture-pane", "-p", "-e", "-J", "-S", "-", "-t", "t")
+    assert_fits(term, screen, joined, piped.stderr.split())
+    assert re.search(r"\x1b\[31mrocmci:", screen)  # the prefix in red
+    assert " ".join(" ".join(_lines(screen)).split()) == " ".join(piped.stderr.split())
+
+
+PROGRESS = """
+import time
+from rocmci.image.build import Progress, ProgressParser
+parser, progress = ProgressParser(), Progress(True)
+for n in range(6):
+    line = f"#{n + 7} [build_deepep {n + 1}/6] RUN cd /app/deepep && python3 setup.py --variant rocm " + "--x " * 40
+    parser.feed(line)
+    progress(line, parser)
+    time.sleep(0.05)
+progress.close()
+print("built")
+"""
+
+
+def test_build_progress_line(term):
+    """image.build's updating line on a terminal: never wider than the terminal minus one, so each \\r
+    redraws the whole line and no stale half-lines are left behind."""
+    screen, joined = term.run(sys.executable, "-c", PROGRESS)
+    plain = _lines(screen)
+    assert plain == _lines(joined), "the progress line wrapped"
+    assert len(plain) == 2 and plain[1] == "built", plain
+    assert plain[0].startswith("[    ") and "[build_deepep 6/6] RUN" in plain[0]
+    assert len(plain[0]) <= term.width - 1

@@ -96,3 +96,20 @@ def test_parsed_values_are_typed_and_defaulted_once():
                      "dry_run": True, "mode": None})  # fmt: skip
     assert v.gpus == (0, 1) and v.env.as_dict() == {"A": "1", "B": "x=y"} and v.public == {"A"}
     assert v.tp == 1 and v.extra == ("-x", "a b") and v.dry_run is True and v.mode == "both"
+
+
+def test_every_flag_that_takes_a_value_has_a_placeholder_for_help():
+    """`-h` shows `--tp N`, `--env NAME=VALUE`: never invoke's STRING, never a bare flag that wants a value."""
+    valued = [name for name, flag in flags.FLAGS.items() if not flag.switch]
+    assert [n for n in valued if n not in flags.PLACEHOLDERS] == []
+    assert set(flags.PLACEHOLDERS) <= set(valued)
+    for name in ("tp", "dp", "shards", "examples", "max_model_len", "exit_code"):
+        assert flags.placeholder(name) == "N"
+    assert flags.placeholder("env") == "NAME=VALUE"
+
+
+@pytest.mark.parametrize("bad", ["", " ", "x" * 101, "ready\x1b[2J", "a\nb"])
+def test_label_names_are_printable_and_bounded(bad):
+    with pytest.raises(UsageError, match="is not a label name"):
+        flags.parse({"label": [bad]})
+    assert flags.parse({"label": ["ready-run-all-tests"]}).label == ("ready-run-all-tests",)

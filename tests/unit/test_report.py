@@ -18,6 +18,13 @@ from rocmci.findings import Finding
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+@pytest.fixture(autouse=True)
+def _not_in_ci(monkeypatch):
+    """These tests are about a person's terminal; under CI=true (as .ci/run sets it) output is plain by design."""
+    for name in ("CI", "NO_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def tty():
     """A real pseudo-terminal to write to, sized 80 columns."""
@@ -214,3 +221,74 @@ def test_doctor_verdict_matches_the_table():
     ]
     assert [status for _, status, _ in doc.rows(checks, "pipeline")][-2:] == ["MISSING", "ok"]
     assert [status for _, status, _ in doc.rows(checks, None)][-2:] == ["no", "ok"]
+
+
+# --- terminal safety: what came from files, labels and engines is escaped and bounded ----------------------
+
+CONTROL = "\x1b]0;title\x07\x1b[2J\x00\x9b31m\x7f"
+
+
+def test_control_characters_are_shown_as_escapes_never_sent():
+    shown = report.safe(f"a{CONTROL}b\nc\td")
+    assert shown == "a\\e]0;title\\x07\\e[2J\\x00\\x9b31m\\x7fb\\nc\\td"
+    assert not re.search(r"[\x00-\x1f\x7f-\x9f]", shown)
+    assert report.safe("two\nlines", one_line=False) == "two\nlines"  # multi-line text keeps its lines
+
+
+@given(st.text(max_size=300))
+def test_safe_text_never_holds_a_control_character(text):
+    assert not re.search(r"[\x00-\x1f\x7f-\x9f]", report.safe(text))
+
+
+def test_findings_with_control_characters_print_escaped_in_every_layout(tty):
+    bad = Finding(f"evil{CONTROL}.yaml", 1, 2, "rule", "error", f"label {CONTROL} here", origin=f"o{CONTROL}:3")
+    for mode in (report.Mode(False, False, None), report.Mode(True, True, 80)):
+        text = ANSI.sub("", _printed([bad], mode))
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", text), (mode, text)
+        assert "\\e]0;title\\x07" in text
+
+
+def test_a_huge_label_makes_a_bounded_finding_line():
+    huge = Finding("f.yaml", 1, 1, "rule", "error", "label " + "x" * 1_000_000, origin="f.yaml:1")
+    line = report_findings.finding_line(huge)
+    assert len(line) < 2 * report.MAX_FIELD
+    assert line.endswith("... (999006 more characters) (from f.yaml:1)")
+    printed = _printed([huge], report.Mode(True, False, 80))
+    assert len(printed) < 4 * report.MAX_FIELD
+
+
+def test_table_cells_and_lines_are_escaped():
+    assert "\x1b" not in report.table(("a", "b"), [(f"x{CONTROL}", "y")], stream=io.StringIO())
+    assert "\x1b" not in report.lines([f"x{CONTROL}"], stream=io.StringIO())
+
+
+def test_columns_align_and_fit_a_terminal(tty):
+    rows = [("--tag IMAGE", "the tag " * 20), ("--json", "print JSON")]
+    plain = report.columns(rows, indent=2, stream=io.StringIO())
+    assert plain.splitlines()[1] == "  --json       print JSON"
+    fitted = ANSI.sub("", report.columns(rows, indent=2, stream=tty))
+    assert max(len(line.rstrip()) for line in fitted.splitlines()) <= 80
+    assert fitted.splitlines()[1].startswith("               the tag")  # wrapped under its own column
+
+
+def test_records_plain_and_fitted(tty):
+    evidence = "a.py:3 " + " ".join(["word"] * 30)
+    items = [("w: APPLIES  (sets X=1; moe-tests)", [("evidence", evidence), ("ref", "r#1")])]
+    assert report.records(items, stream=io.StringIO()).splitlines()[:2] == [
+        "w: APPLIES  (sets X=1; moe-tests)",
+        f"    evidence: {evidence}",
+    ]
+    fitted = ANSI.sub("", report.records(items, stream=tty, styles={"APPLIES": "green"}))
+    assert max(len(line.rstrip()) for line in fitted.splitlines()) <= 80
+    assert _words_kept(fitted, [[evidence]], 80) == []
+
+
+def test_error_line_is_plain_piped_and_wrapped_in_red_on_a_terminal(tty):
+    text = "rocmci: no vLLM checkout to read docker/Dockerfile.rocm from; " + " ".join(["pass --vllm-src PATH"] * 6)
+    assert report.error_line(text, stream=io.StringIO()) == text
+    shown = report.error_line(text + CONTROL, stream=tty)
+    assert "\x1b[1;31mrocmci:" in shown or "\x1b[31mrocmci:" in shown.replace("\x1b[1m", "")
+    lines = ANSI.sub("", shown).splitlines()
+    assert len(lines) > 1 and max(len(line.rstrip()) for line in lines) <= 80
+    assert all(line.startswith(" " * len("rocmci: ")) for line in lines[1:])  # continued under the message
+    assert "\\e]0;title" in ANSI.sub("", shown)

@@ -240,3 +240,48 @@ def test_a_symlink_loop_as_a_path_setting_resolves_without_raising(workspace):
 
     with pytest.raises(InputError, match=r"loop.yaml: is a symlink loop \(from setting 'inventory'"):
         yamldoc.load(s.path("inventory"), what=s.describe("inventory"))
+
+
+# --- finding the vLLM checkout and the workspace from any folder -------------------------------------------
+
+
+def test_the_checkout_is_found_from_any_folder_inside_it(workspace, monkeypatch):
+    (workspace / "setup.py").write_text("")
+    deep = workspace / "tests" / "kernels" / "moe"
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    s = settings.resolve(env={}, pyproject={})
+    assert s.workspace == workspace  # its [tool.rocmci] pyproject, found upwards
+    assert s.vllm_src == str(workspace)
+    assert s.origin("vllm_src") == "default: the vLLM checkout holding the current folder"
+    assert settings.find_checkout(deep) == workspace
+
+
+def test_a_checkout_without_tool_rocmci_is_its_own_workspace(workspace, tmp_path):
+    """A vLLM clone kept inside another project that has [tool.rocmci]: settings are the checkout's."""
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    (outer / "pyproject.toml").write_text('[tool.rocmci]\nmirror_hw = "amdexperimental"\n')
+    vllm = outer / "vllm"
+    (vllm / "docker").mkdir(parents=True)
+    (vllm / "docker" / "Dockerfile.rocm").write_text(DOCKERFILE)
+    (vllm / "setup.py").write_text("")
+    (vllm / "pyproject.toml").write_text('[project]\nname = "vllm"\n')
+    (vllm / "vllm").mkdir()
+    assert settings.find_workspace(vllm / "vllm") == vllm
+    assert settings.find_workspace(outer) == outer  # outside the clone: the enclosing workspace as before
+    (vllm / "pyproject.toml").write_text('[project]\nname = "vllm"\n[tool.rocmci]\nmirror_hw = "amdmi355"\n')
+    assert settings.find_workspace(vllm / "vllm") == vllm
+    assert settings.resolve(vllm, env={}).origin("mirror_hw") == "pyproject.toml [tool.rocmci]"
+
+
+def test_settings_show_none_and_blank_alike_and_booleans_as_written(workspace, monkeypatch):
+    from rocmci import host
+
+    assert host.shown_value(None) == host.shown_value("") == "(not set)"
+    assert (host.shown_value(False), host.shown_value(True), host.shown_value(3600)) == ("false", "true", "3600")
+    monkeypatch.chdir(workspace)
+    (workspace / "setup.py").write_text("")
+    rows = {name: (value, source) for name, value, source in host.settings_rows(settings.resolve(env={}))}
+    assert rows["deepep_ref"] == ("5d90af8b", "docker/Dockerfile.rocm:6 (ARG DEEPEP_BRANCH)")  # checkout path once
+    assert rows["image"][0] == "(not set)" and rows["base_refresh_skip"][0] == "false"

@@ -25,7 +25,9 @@ def run(fn: Callable[..., int | None], given: dict[str, Any] | None = None) -> N
     try:
         code = fn() if given is None else fn(flags.parse(given))
     except RocmciError as exc:
-        raise Exit(f"rocmci: {exc.one_line()}", code=exc.exit_code) from None
+        from rocmci.report import safe  # a message may quote a file's or an engine's text: escaped, bounded
+
+        raise Exit(f"rocmci: {safe(exc.one_line(), limit=4000)}", code=exc.exit_code) from None
     except Terminated:
         raise Exit("rocmci: terminated", code=143) from None
     except KeyboardInterrupt:

@@ -9,19 +9,23 @@ that each task's flags are in this table, with help, and that no task repeats a 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from rocmci import values as v
+from rocmci.errors import UsageError
 
-# vLLM's --all2all-backend choices (vllm/config/parallel.py All2AllBackend).
+# vLLM's --all2all-backend choices (vllm/config/parallel.py All2AllBackend) when no checkout says
+# otherwise; with a checkout, runs/service.py also refuses one the checkout's vLLM does not list.
 BACKENDS = ("naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "allgather_reducescatter",
-            "flashinfer_all2allv")  # fmt: skip
+            "flashinfer_all2allv", "mori")  # fmt: skip
 MODES = ("high-throughput", "low-latency", "both")
 WORKLOADS = ("moe-tests", "dp-example")
 FORMATS = ("yaml", "json")
-TARGETS = ("test", "ci_base", "final")
+TARGETS = ("test", "ci_base", "final", "base")
 PURPOSES = ("build", "run", "pipeline")
+ONLY = ("run", "blocked", "skipped")
 # Upper bounds are sanity caps checked before anything is allocated; the host's real GPU count is
 # checked by preflight (runs), which names both numbers.
 MAX_GPUS_PER_HOST = 64
@@ -45,6 +49,19 @@ def _choice(choices):
 
 
 _path = v.path_text
+MAX_LABEL = 100  # GitHub's own limit on a label's name is 50 characters
+
+
+def _labels(flag: str, items) -> tuple[str, ...]:
+    """PR label names: printable text, bounded (they are printed by pipeline.plan and compared as text)."""
+    from rocmci.errors import UsageError
+
+    for name in items:
+        if not name.strip() or len(name) > MAX_LABEL or not name.isprintable():
+            shown = repr(name[:40]) + ("..." if len(name) > 40 else "")
+            hint = f"printable text of 1 to {MAX_LABEL} characters"
+            raise UsageError(f"{flag} {shown} is not a label name", hint=hint)
+    return tuple(items)
 
 
 _SOURCE = "vLLM-style step file (default: the 'source' setting, .buildkite/test-amd.yaml)"
@@ -54,7 +71,7 @@ FLAGS: dict[str, Flag] = {
     "dry_run": Flag("print exactly what would run (commands, environment); run nothing, no engine needed", switch=True),
     "force": Flag("build even when an image with the same input hash exists", switch=True),
     "strict": Flag("fail where vLLM's runner passes: an obsolete workaround, no tests collected", switch=True),
-    "vllm_src": Flag("vLLM checkout (default: the current folder when it is one; setting vllm_src)",
+    "vllm_src": Flag("vLLM checkout (default: the one holding the current folder; setting vllm_src)",
                      setting="vllm_src"),  # fmt: skip
     # Settings given as flags.
     "arch": Flag("GPU archs for rocSHMEM and DeepEP, e.g. 'gfx942;gfx950' (default: vLLM's DEEPEP_ROCM_ARCH)",
@@ -78,6 +95,10 @@ FLAGS: dict[str, Flag] = {
     "diff_base": Flag("git ref to diff HEAD against for the changed paths (REF...HEAD)", v.git_ref),
     "run_all": Flag("run every step: no block steps for unaffected steps (RUN_ALL=1)", switch=True),
     "nightly": Flag("nightly run: optional steps run too (NIGHTLY=1)", switch=True),
+    "label": Flag("a label of the PR (repeatable; default: $BUILDKITE_PULL_REQUEST_LABELS on a PR build), e.g. "
+                  "ready-run-all-tests, ci-no-fail-fast", _labels, default=()),  # fmt: skip
+    "only": Flag("show only the steps that run, are blocked, or are skipped (not on the mirror)",
+                 _choice(ONLY)),  # fmt: skip
     "out": Flag("write here (atomically) instead of stdout", _path),
     "format": Flag("output format: yaml or json", _choice(FORMATS), default="yaml"),
     "keep_going": Flag("write the pipeline even with errors: those steps wait behind block steps", switch=True),
@@ -90,12 +111,16 @@ FLAGS: dict[str, Flag] = {
     "host_root": Flag("read /sys and /dev below this folder instead of / (for fake device trees)", _path,
                       default="/"),  # fmt: skip
     # Image.
-    "target": Flag("stage of vLLM's Dockerfile: test (on a ci_base built or reused first), ci_base or final",
+    "target": Flag("stage of vLLM's Dockerfile: test (on a ci_base built or reused first), ci_base or final; "
+                   "base builds docker/Dockerfile.rocm_base",
                    _choice(TARGETS), default="test"),  # fmt: skip
     "ci_base": Flag("build test on this existing ci_base image instead of building one", v.image_ref),
     "tag": Flag("image tag (default: <image_repo>:<target>-<archs>; image.inspect: the configured image)",
                 v.image_ref),  # fmt: skip
     "push": Flag("push the image after building it", switch=True),
+    "build_arg": Flag("NAME=VALUE for an ARG the Dockerfile declares (repeatable); on a small host "
+                      "--build-arg max_jobs=8 caps vLLM's compile jobs, as its bake file's MAX_JOBS does",
+                      lambda flag, raw: _build_args(flag, raw), default=()),  # fmt: skip
     "from_": Flag("vLLM ROCm image to rebuild rocSHMEM and DeepEP in (e.g. rocm/vllm-ci:<commit>; required)",
                   v.image_ref),  # fmt: skip
     # Runs.
@@ -120,6 +145,13 @@ FLAGS: dict[str, Flag] = {
     "k": Flag("extra pytest -k expression, and-ed with the mode's"),
     "shards": Flag("run N shards at once on disjoint GPU sets (N x 2 GPUs)", _int(1, MAX_GPUS_PER_HOST // 2),
                    default=1),  # fmt: skip
+    "build_id": Flag("Buildkite build id: run in that build's image (rocm/vllm-ci:build-ID; a dind: false step: "
+                     "rocm/vllm-dev:ci_base-build-ID)", lambda flag, raw: _build_id(flag, raw)),  # fmt: skip
+    "pull": Flag("pull the image first (runs: a missing image is always pulled; image.build: BASE_IMAGE, so its "
+                 "digest is the registry's current one)", switch=True),
+    "step": Flag("the step to run: its label, 'pool: label' or key, as in the step file (required)"),
+    "parallel_job": Flag("run only this parallel job of a step with parallelism (0-based, as Buildkite counts)",
+                         _int(0, 99)),  # fmt: skip
     "junit": Flag("JUnit XML written by the run (required)", _path),
     "exit_code": Flag("the run's exit status, -255..255 (139 = died by SIGSEGV; required)", _int(-255, 255)),
     "workload": Flag("moe-tests or dp-example: which workarounds to name for a teardown crash", _choice(WORKLOADS),
@@ -128,7 +160,43 @@ FLAGS: dict[str, Flag] = {
 
 # Short flags only where docker, pytest or nox users expect them; every other flag is long-only.
 SHORT = {"tag": "t", "env": "e", "k": "k", "dry_run": "n"}
-REPEATABLE = ("env", "public")
+REPEATABLE = ("env", "public", "build_arg", "label")
+
+
+def _build_args(flag: str, items) -> tuple[tuple[str, str], ...]:
+    """NAME=VALUE pairs; which names the Dockerfile declares is checked where it is read (image/requests.py)."""
+    out = []
+    for item in items:
+        name, sep, value = str(item).partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", name):
+            raise UsageError(f"{flag} {str(item)[:60]!r} must be NAME=VALUE", hint="e.g. --build-arg max_jobs=8")
+        out.append((name, value))
+    return tuple(out)
+
+# What `-h` shows after a flag that takes a value: its kind, never invoke's STRING. Choices are listed.
+PLACEHOLDERS = {
+    "vllm_src": "PATH", "arch": "ARCHS", "vllm_arch": "ARCHS", "mirror_hw": "NAME", "branch": "BRANCH",
+    "deepep_ref": "COMMIT", "rocshmem_ref": "COMMIT", "base_image": "IMAGE", "network": "NETWORK",
+    "image": "IMAGE", "timeout": "SECONDS", "source": "FILE", "pipeline": "FILE", "changed_files": "FILE",
+    "diff_base": "REF", "out": "FILE", "format": "yaml|json", "annotation": "FILE", "template": "FILE",
+    "examples": "N", "for_": "build|run|pipeline", "host_root": "PATH", "target": "test|ci_base|final|base",
+    "ci_base": "IMAGE", "tag": "IMAGE", "from_": "IMAGE", "gpus": "0,1,...", "env": "NAME=VALUE",
+    "public": "NAME", "workdir": "PATH", "extra": "'ARGS'", "model": "MODEL", "tp": "N", "dp": "N",
+    "max_model_len": "N", "backend": "BACKEND", "example": "PATH", "mode": "MODE", "k": "EXPR", "shards": "N",
+    "junit": "FILE", "exit_code": "N", "workload": "moe-tests|dp-example", "label": "NAME",
+    "only": "run|blocked|skipped", "build_arg": "NAME=VALUE", "build_id": "ID", "step": "STEP", "parallel_job": "N",
+}  # fmt: skip
+
+
+def placeholder(name: str) -> str:
+    """The value placeholder `-h` shows for flag `name` (tests/unit/test_flags.py: every valued flag has one)."""
+    return PLACEHOLDERS.get(name, "TEXT")
+
+
+def _build_id(flag: str, raw: str) -> str:
+    from rocmci.runs.images import build_id
+
+    return build_id(flag, raw)
 
 
 def help_text(name: str) -> str:

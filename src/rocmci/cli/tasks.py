@@ -35,7 +35,7 @@ def settings(c, json=False):
 
 
 @rocmci_task
-def doctor(c, for_=None, host_root=None, json=False):
+def doctor(c, for_=None, host_root=None, vllm_src=None, json=False):
     """What this host can do: Docker engine, BuildKit, /dev/kfd, GPUs and archs, disk, the image."""
     given = dict(locals())  # the flags as received, before any import adds a name
     from rocmci import host
@@ -67,7 +67,7 @@ def pipeline_validate(c, source=None, pipeline=None, mirror_hw=None, arch=None, 
 @rocmci_task(name="plan")
 def pipeline_plan(
     c, source=None, changed_files=None, diff_base=None, mirror_hw=None, branch=None, run_all=False, nightly=False,
-    json=False,
+    label=None, only=None, json=False,
 ):  # fmt: skip
     """Why each step runs, waits behind a block step or is left out; and which rule set run_all or nightly."""
     given = dict(locals())  # the flags as received, before any import adds a name
@@ -100,7 +100,7 @@ def image_check(c, vllm_src=None, arch=None, vllm_arch=None, json=False):
 @rocmci_task(name="build")
 def image_build(
     c, vllm_src=None, arch=None, vllm_arch=None, deepep_ref=None, rocshmem_ref=None, base_image=None, target=None,
-    ci_base=None, tag=None, push=False, force=False, dry_run=False, network=None,
+    ci_base=None, tag=None, push=False, force=False, dry_run=False, network=None, pull=False, build_arg=None,
 ):  # fmt: skip
     """Build vLLM's ROCm image from its own docker/Dockerfile.rocm with BuildKit, for the chosen GPU archs."""
     given = dict(locals())  # the flags as received, before any import adds a name
@@ -129,9 +129,9 @@ def image_inspect(c, tag=None, json=False):
 
 @rocmci_task(name="dp-example")
 def run_dp_example(
-    c, image=None, model=None, tp=None, dp=None, max_model_len=None, backend=None, extra=None, example=None,
-    gpus=None, timeout=None, skip_preflight=False, no_container=False, dry_run=False, host_root=None, env=None,
-    public=None, workdir=None, vllm_src=None, strict=False, json=False,
+    c, image=None, build_id=None, pull=False, model=None, tp=None, dp=None, max_model_len=None, backend=None,
+    extra=None, example=None, gpus=None, timeout=None, skip_preflight=False, no_container=False, dry_run=False,
+    host_root=None, env=None, public=None, workdir=None, vllm_src=None, strict=False, json=False,
 ):  # fmt: skip
     """Run vLLM's DeepEP data-parallel example (Qwen1.5-MoE, -tp=1 -dp=2) in the image."""
     given = dict(locals())  # the flags as received, before any import adds a name
@@ -142,9 +142,9 @@ def run_dp_example(
 
 @rocmci_task(name="moe-tests")
 def run_moe_tests(
-    c, image=None, mode=None, k=None, extra=None, shards=None, gpus=None, timeout=None, skip_preflight=False,
-    no_container=False, dry_run=False, host_root=None, env=None, public=None, workdir=None, vllm_src=None,
-    strict=False, json=False,
+    c, image=None, build_id=None, pull=False, mode=None, k=None, extra=None, shards=None, gpus=None, timeout=None,
+    skip_preflight=False, no_container=False, dry_run=False, host_root=None, env=None, public=None, workdir=None,
+    vllm_src=None, strict=False, json=False,
 ):  # fmt: skip
     """Run vLLM's DeepEP MoE kernel tests in the image, with the registry's workarounds; JUnit XML to results/."""
     given = dict(locals())  # the flags as received, before any import adds a name
@@ -153,8 +153,21 @@ def run_moe_tests(
     run(service.moe_tests, given)
 
 
+@rocmci_task(name="step")
+def run_step(
+    c, step=None, source=None, mirror_hw=None, parallel_job=None, image=None, build_id=None, pull=False, gpus=None,
+    timeout=None, skip_preflight=False, no_container=False, dry_run=False, host_root=None, env=None, public=None,
+    workdir=None, vllm_src=None, strict=False, json=False,
+):  # fmt: skip
+    """Run one step of the step file as vLLM's AMD CI runs it: the generated pipeline's command, env and GPUs."""
+    given = dict(locals())  # the flags as received, before any import adds a name
+    from rocmci.runs import service
+
+    run(service.step, given)
+
+
 @rocmci_task(name="outcome")
-def run_outcome(c, junit=None, exit_code=None, workload=None, json=False):
+def run_outcome(c, junit=None, exit_code=None, workload=None, strict=False, json=False):
     """Name the outcome of a run from its JUnit XML and exit status (passed, failed, crashed at teardown, ...)."""
     given = dict(locals())  # the flags as received, before any import adds a name
     from rocmci.runs import service
@@ -167,7 +180,7 @@ def run_outcome(c, junit=None, exit_code=None, workload=None, json=False):
     help={
         "vllm_src": "vLLM checkout whose files and commits are the evidence (default: setting vllm_src)",
         "image": "image whose labels are evidence (e.g. rocmci.rocm.fixes)",
-        "strict": "exit 1 when a workaround is obsolete, or when no evidence was given (CI uses this)",
+        "strict": "exit 1 when a workaround is obsolete; exit 2 when no evidence was given (CI uses this)",
     },
 )
 def workarounds(c, vllm_src=None, image=None, strict=False, json=False):
@@ -180,5 +193,5 @@ def workarounds(c, vllm_src=None, image=None, strict=False, json=False):
 
 pipeline = Collection("pipeline", pipeline_generate, pipeline_validate, pipeline_plan, pipeline_diff)
 image = Collection("image", image_check, image_build, image_retarget, image_inspect)
-runs = Collection("run", run_dp_example, run_moe_tests, run_outcome)
+runs = Collection("run", run_dp_example, run_moe_tests, run_step, run_outcome)
 ns = Collection(version, settings, doctor, workarounds, pipeline, image, runs)

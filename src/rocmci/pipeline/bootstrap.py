@@ -33,6 +33,11 @@ RUN_ALL_PATTERNS = (
 RUN_ALL_IGNORED = ("csrc/cpu", "cmake/cpu_extension.cmake")
 NIGHTLY_PATTERNS = (ROCM_BASE_DOCKERFILE,)
 RUN_ALL_LABEL = "ready-run-all-tests"
+NO_FAIL_FAST_LABEL = "ci-no-fail-fast"  # bootstrap-amd.sh fail_fast()
+# Buildkite's own variable with the PR's labels, comma-separated, where the agent provides it. bootstrap-amd.sh
+# itself asks GitHub's API (curl .../pulls/$BUILDKITE_PULL_REQUEST | jq '.labels[].name'); rocmci reads
+# no network, so the variable or --label stands in for that answer.
+LABELS_ENV = "BUILDKITE_PULL_REQUEST_LABELS"
 FASTCHECK_SLUG = "fastcheck"
 FASTCHECK_MIRROR = "amdtentative"
 
@@ -67,10 +72,12 @@ class Request(NamedTuple):
     """What bootstrap-amd.sh reads from its environment and git."""
 
     changed: Sequence[str] | None = ()  # None: the diff could not be computed (bootstrap then runs all)
+    diff_problem: str = ""  # why it could not be (git's words), for the plan
     branch: str = ""
     run_all: bool = False  # RUN_ALL=1 in the environment
     nightly: bool = False  # NIGHTLY=1 (e.g. a scheduled build)
-    labels: Sequence[str] = ()  # PR labels
+    labels: Sequence[str] = ()  # PR labels (bootstrap-amd.sh reads them on PR builds only: none elsewhere)
+    pull_request: bool = False  # a PR build (BUILDKITE_PULL_REQUEST is a number): fail_fast is "true" only there
     pipeline_slug: str = ""
     mirror_hw: str = "amdproduction"
     docs_only_disable: bool = False
@@ -90,9 +97,26 @@ def docs_only(paths: Sequence[str]) -> bool:
     return bool(files) and all(p.startswith("docs/") or p.endswith(".md") or p == "mkdocs.yaml" for p in files)
 
 
+def has_label(labels: Sequence[str], name: str) -> bool:
+    """bootstrap-amd.sh's test, `[[ $PR_LABELS == *"<name>"* ]]`: a substring of the newline-joined labels,
+    so a label that merely contains the name counts too (kept: it is what decides vLLM's real builds)."""
+    return name in "\n".join(labels)
+
+
+def fail_fast(req: Request) -> str:
+    """bootstrap-amd.sh fail_fast(): "true" on a PR without the ci-no-fail-fast label, else "false"."""
+    return "true" if req.pull_request and not has_label(req.labels, NO_FAIL_FAST_LABEL) else "false"
+
+
 def _matches(path: str, patterns: Sequence[str]) -> str | None:
-    # bash `[[ $file == $pattern* ]]`: a plain prefix test (no glob characters in these patterns)
-    return next((p for p in patterns if path.startswith(p)), None)
+    # bash `[[ $file == $pattern* ]]`: a plain prefix test (no glob characters in these patterns). One
+    # startswith(tuple) call rules out most paths in C: a generator per path made 10^6 paths cost 8 s.
+    if not path.startswith(tuple(patterns)):
+        return None
+    return next(p for p in patterns if path.startswith(p))
+
+
+REASONS_SHOWN = 5  # matching files named per kind (run_all, nightly); the rest are counted
 
 
 def decide(req: Request) -> Decision:
@@ -105,25 +129,35 @@ def decide(req: Request) -> Decision:
     changed = [p.replace("\r", "") for p in (req.changed or ())]
     if req.changed is None:
         run_all = True
-        reasons.append("run_all: the changed files could not be computed")
+        why = f" ({req.diff_problem})" if req.diff_problem else ""
+        reasons.append(f"run_all: the changed files could not be computed{why}, as bootstrap-amd.sh falls back")
     mirror = FASTCHECK_MIRROR if req.pipeline_slug == FASTCHECK_SLUG else req.mirror_hw
     if mirror != req.mirror_hw:
         reasons.append(f"mirror_hw {mirror}: the {FASTCHECK_SLUG} pipeline uses it")
     if not req.docs_only_disable and docs_only(changed):
         return Decision(TemplateInputs(), skip="only docs/**, *.md or mkdocs.yaml changed: no pipeline")
+    matched = {"nightly": 0, "run_all": 0}
     for path in filter(None, changed):
         hit = _matches(path, NIGHTLY_PATTERNS)
-        if hit:
-            nightly = True
-            reasons.append(f"nightly: {path} changed (pattern {hit})")
+        kind = "nightly" if hit else ""
+        if not hit:
+            hit = _matches(path, RUN_ALL_PATTERNS)
+            kind = "run_all" if hit and not _matches(path, RUN_ALL_IGNORED) else ""
+        if not kind:
             continue
-        hit = _matches(path, RUN_ALL_PATTERNS)
-        if hit and not _matches(path, RUN_ALL_IGNORED):
-            run_all = True
-            reasons.append(f"run_all: {path} changed (pattern {hit})")
-    if RUN_ALL_LABEL in req.labels:
+        nightly, run_all = nightly or kind == "nightly", run_all or kind == "run_all"
+        matched[kind] += 1
+        if matched[kind] <= REASONS_SHOWN:
+            reasons.append(f"{kind}: {path} changed (pattern {hit})")
+    for kind, count in matched.items():
+        if count > REASONS_SHOWN:  # one file is reason enough; a million lines would bury the rest
+            reasons.append(f"{kind}: and {count - REASONS_SHOWN:,} more changed files like these")
+    if has_label(req.labels, RUN_ALL_LABEL):
         run_all = nightly = True
         reasons.append(f"run_all and nightly: the PR has the label {RUN_ALL_LABEL}")
+    if req.pull_request:
+        why = "the PR has" if has_label(req.labels, NO_FAIL_FAST_LABEL) else "a PR without"
+        reasons.append(f"fail_fast {fail_fast(req)}: {why} the label {NO_FAIL_FAST_LABEL}")
     if run_all:
         listing = "run_all"
     elif nightly:
@@ -136,6 +170,7 @@ def decide(req: Request) -> Decision:
         run_all="1" if run_all else "0",
         nightly="1" if nightly else "0",
         mirror_hw=mirror,
+        fail_fast=fail_fast(req),
         vllm_use_precompiled="0" if run_all or nightly else "1",
         vllm_merge_base_commit=req.merge_base,
         rocm_base_refresh_skip="1" if req.base_refresh_skip else "0",
@@ -165,10 +200,48 @@ def _git(args: list[str], workspace: Path) -> subprocess.CompletedProcess:
         raise UsageError(f"cannot run git: {exc.strerror}", hint="use --changed-files") from None
 
 
+class DiffUnavailable(tuple):
+    """No changed files because git could not compute them (no merge base in a shallow clone): bootstrap-amd.sh
+    then runs everything. An empty tuple that says why."""
+
+    reason: str = ""
+
+    def __new__(cls, reason: str) -> DiffUnavailable:
+        made = super().__new__(cls, ())
+        made.reason = reason
+        return made
+
+
+DEEPEN = 50  # bootstrap-amd.sh: git fetch --no-tags --deepen=50 origin
+
+
+def _deepen_if_shallow(workspace: Path) -> str | None:
+    """As bootstrap-amd.sh: a shallow clone is deepened by 50 commits first (failure is not fatal there either)."""
+    shallow = _git(["rev-parse", "--is-shallow-repository"], workspace)
+    if shallow.returncode != 0 or shallow.stdout.strip() != "true":
+        return None
+    fetched = _git(["fetch", "--no-tags", f"--deepen={DEEPEN}", "origin"], workspace)
+    return None if fetched.returncode == 0 else (fetched.stderr.strip().splitlines() or ["git fetch failed"])[-1]
+
+
+def _fetch_origin_ref(diff_base: str, workspace: Path) -> bool:
+    """bootstrap-amd.sh fetch_origin_ref: an `origin/<branch>` the clone lacks is fetched (depth 50, then full)."""
+    branch = diff_base.removeprefix("origin/")
+    if branch == diff_base or not branch:
+        return False
+    refspec = f"{branch}:refs/remotes/origin/{branch}"
+    for depth in ([f"--depth={DEEPEN}"], []):
+        if _git(["fetch", "--no-tags", *depth, "--end-of-options", "origin", refspec], workspace).returncode == 0:
+            return True
+    return False
+
+
 def git_changed_files(diff_base: str, workspace: Path) -> tuple[str, ...]:
     """Files changed between the merge base of `diff_base` and HEAD, as bootstrap-amd.sh's get_diff lists them.
 
-    Every failure is one UsageError line: not a git repository, a ref git does not know, a ref that
+    Like bootstrap-amd.sh, a shallow clone is deepened first, an `origin/<branch>` it lacks is fetched, and
+    when no merge base can be found the result is DiffUnavailable (the caller then runs everything).
+    Every other failure is one UsageError line: not a git repository, a ref git does not know, a ref that
     could be read as an option; never git's usage text.
     """
     values.git_ref("--diff-base", diff_base)  # never an option to git: checked by the flags' own rule
@@ -180,12 +253,19 @@ def git_changed_files(diff_base: str, workspace: Path) -> tuple[str, ...]:
             f"--diff-base needs a git repository: {reason[:200]}",
             hint="run it in a git clone, or give the changed files with --changed-files",
         )
-    ref = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{diff_base}^{{commit}}"], workspace)
+    _deepen_if_shallow(workspace)
+    verify = ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{diff_base}^{{commit}}"]
+    ref = _git(verify, workspace)
+    if ref.returncode != 0 and _fetch_origin_ref(diff_base, workspace):
+        ref = _git(verify, workspace)
     if ref.returncode != 0:
         raise UsageError(
             f"--diff-base {diff_base!r} is not a commit this repository knows",
             hint="fetch it first (git fetch origin), or use --changed-files",
         )
+    base = _git(["merge-base", "--end-of-options", diff_base, "HEAD"], workspace)
+    if base.returncode != 0 or not base.stdout.strip():
+        return DiffUnavailable(f"no merge base of {diff_base} and HEAD, even after deepening")
     diff = _git(["diff", "--name-only", "--diff-filter=ACMDR", f"{diff_base}...HEAD", "--"], workspace)
     if diff.returncode != 0:
         last = (diff.stderr.strip().splitlines() or ["no output"])[-1]

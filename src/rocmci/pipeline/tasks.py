@@ -20,7 +20,7 @@ def _eprint(text: str) -> None:
 
 def generate(v) -> int:
     from rocmci.files import write_atomic
-    from rocmci.pipeline import keepgoing
+    from rocmci.pipeline.model import walk_steps
     from rocmci.report import console
     from rocmci.report_findings import print_report
 
@@ -30,6 +30,7 @@ def generate(v) -> int:
     if decision.skip:
         _eprint(f"no pipeline: {decision.skip} (as bootstrap-amd.sh)")
         return 0
+    service.skip_final_collection()
     with service.no_gc():
         src, generated, report = service.build(i, opts, s.workspace)
     if report.findings:
@@ -42,16 +43,28 @@ def generate(v) -> int:
             hint="fix the findings above (file:line), or pass --keep-going to hold those steps behind block steps",
         )
     if report.errors:
+        from rocmci.pipeline import keepgoing  # imported only when there is something to hold
+
         pipeline, held = keepgoing.hold(src, generated, report.findings)
+        if any(f.rule == "secret-in-pipeline" for f in report.findings):
+            pipeline = keepgoing.without_secrets(pipeline)
         for h in held:
             _eprint(f"--keep-going: {h.title}: {'held behind a block step' if h.how == 'held' else 'left out'}")
     if v.annotation and report.findings:
-        write_atomic(Path(v.annotation), keepgoing.annotation(i.source_name, report.findings, held))
+        from rocmci.pipeline import keepgoing
+
+        annotation = keepgoing.annotation(i.source_name, report.findings, held)
+        write_atomic(Path(v.annotation), annotation, what="--annotation")
     text = service.render(pipeline, v.format, i.source_name)
     if v.out:
         write_atomic(Path(v.out), text)
         group = pipeline["steps"][0]
-        _eprint(f"wrote {v.out}: {len(group['steps'])} steps in group {group['group']!r}")
+        # Counted as pipeline.validate counts them (model.walk_steps: the group is a step too), so the two agree.
+        total = len(walk_steps(pipeline, lambda path, step: None))
+        _eprint(
+            f"wrote {v.out}: {plural(total, 'generated step')} (the group {group['group']!r} and the "
+            f"{plural(len(group['steps']), 'step')} in it)"
+        )
     else:
         sys.stdout.write(text)
     return 0
@@ -65,6 +78,7 @@ def validate(v) -> int:
         raise UsageError("give --source or --pipeline, not both")
     s = resolve(flags=dict(mirror_hw=v.mirror_hw, arch=v.arch))
     i = service.inputs(s, v.source)
+    service.skip_final_collection()
     with service.no_gc():
         if v.pipeline:
             name = service.display_name(Path(v.pipeline), s.workspace)
@@ -82,24 +96,30 @@ def validate(v) -> int:
 
 
 def plan(v) -> int:
+    """Summary first, then bootstrap's decisions, then the steps (only one kind with --only)."""
     from rocmci.report import lines, table, to_json
 
     s = resolve(flags=dict(mirror_hw=v.mirror_hw, branch=v.branch))
     i = service.inputs(s, v.source)
-    opts, decision = service.generate_options(s, v.changed_files, v.diff_base, v.run_all, v.nightly)
-    explained = service.plan(i, opts, decision)
+    changed = service.changed_files(v.changed_files, v.diff_base, s.workspace)
+    opts, decision = service.generate_options(
+        s, v.changed_files, v.diff_base, v.run_all, v.nightly, labels=v.label, changed=changed
+    )
+    explained = service.plan(i, opts, decision, changed)
+    if v.only:
+        action = service.PLAN_ACTIONS[v.only]
+        explained["steps"] = [d for d in explained["steps"] if d["action"] == action]
     if v.json:
         print(to_json(explained))
         return 0
-    print(lines(explained["bootstrap"]))
-    if decision.skip:
+    print(lines([explained["summary"], "", *explained["bootstrap"]]))
+    if decision.skip or not explained["steps"]:
         return 0
     order = {"run": 0, "block": 1, "skip": 2}
     rows = sorted(((d["action"], d["pool"], d["label"], d["reason"]) for d in explained["steps"]),
                   key=lambda r: order[r[0]])  # fmt: skip
-    print(table(("action", "pool", "step", "why"), rows))
-    counts = {a: sum(r[0] == a for r in rows) for a in order}
-    print(f"\n{counts['run']} run, {counts['block']} blocked, {counts['skip']} not on {opts.inputs.mirror_hw}")
+    print()
+    print(table(("action", "pool", "step", "why"), rows, styles={"run": "green", "block": "yellow", "skip": "dim"}))
     return 0
 
 
@@ -123,5 +143,3 @@ def diff(v) -> int:
     else:
         print(comparison.summary(examples=v.examples))
     return 1 if comparison.unexpected else 0
-
-
