@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 
 from rocmci.errors import UsageError
+from rocmci.values import shown  # messages quote at most 60 characters of a value: lines stay bounded
 
 # Facts from AMD's documentation; used in messages so users can map an arch to hardware.
 PRODUCTS: dict[str, str] = {
@@ -30,7 +31,7 @@ DEEPEP_ARCHS: tuple[str, ...] = ("gfx942", "gfx950")
 DEEPEP_DEFAULT_ARCHS: tuple[str, ...] = DEEPEP_ARCHS
 DEEPEP_ARCHS_SOURCE = (
     "ROCm/DeepEP's setup.py, main of May 2026 (allowed_arch, and the list it builds when PYTORCH_ROCM_ARCH "
-    "is unset); the copy in ../shared/fixtures/deepep/setup.py is checked against this by the unit tests"
+    "is unset)"
 )
 
 NATIVE = "native"
@@ -43,7 +44,7 @@ def arch_key(arch: str) -> tuple[int, int, int]:
     """Sort key by (major, minor, stepping): gfx90a < gfx942 < gfx950 < gfx1100."""
     m = _TOKEN.fullmatch(arch)
     if not m:
-        raise UsageError(f"{arch!r} is not a gfx target")
+        raise UsageError(f"{shown(arch)} is not a gfx target")
     return int(m.group(1)), int(m.group(2), 16), int(m.group(3), 16)
 
 
@@ -64,11 +65,11 @@ def parse_arch_list(text: str, *, what: str = "arch list") -> tuple[str, ...]:
         bad = next(ch for ch in text if not _ALLOWED_CHARS.fullmatch(ch))
         if bad == ":":
             raise UsageError(
-                f"{what} {text!r} has a target feature suffix (':...')",
+                f"{what} {shown(text)} has a target feature suffix (':...')",
                 hint="DeepEP matches plain names only: drop ':sramecc+'/':xnack-' and use e.g. gfx942",
             )
         raise UsageError(
-            f"{what} {text!r} contains {bad!r}",
+            f"{what} {shown(text)} contains {bad!r}",
             hint="use gfx names separated by ';' or ',', e.g. 'gfx942;gfx950'",
         )
     tokens = [t for t in re.split(r"[;,\s]+", text.lower()) if t]
@@ -76,7 +77,7 @@ def parse_arch_list(text: str, *, what: str = "arch list") -> tuple[str, ...]:
         raise UsageError(f"{what} is empty", hint="give at least one arch, e.g. 'gfx942'")
     for token in tokens:
         if not _TOKEN.fullmatch(token):
-            raise UsageError(f"{what}: {token!r} is not a gfx target", hint="use names like gfx942 or gfx950")
+            raise UsageError(f"{what}: {shown(token)} is not a gfx target", hint="use names like gfx942 or gfx950")
     return tuple(sorted(set(tokens), key=arch_key))
 
 

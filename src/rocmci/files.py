@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import tempfile
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -127,9 +129,47 @@ def read_text(
 
 
 def read_lines(path: str | os.PathLike, *, what: str | None = None) -> tuple[str, ...]:
-    """Non-blank, non-comment lines of a text file (a list of changed files)."""
+    """Non-blank, non-comment lines of a text file (a list of changed files); a NUL is refused.
+
+    No path holds a NUL (git and the kernel end a path there), so one is a corrupt or binary list,
+    and printing it would put a NUL on the terminal: one line with file:line instead.
+    """
     text = read_text(path, what=what)
+    nul = text.find("\0")
+    if nul >= 0:
+        where = f"{os.fspath(path)}:{text.count(chr(10), 0, nul) + 1}"
+        raise _error("a NUL character in a path", where, what, hint="give one path per line, as git diff --name-only")
     return tuple(line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+
+
+_TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
+_LONG_DIGITS = re.compile(r"[0-9_]{4300,}")  # where tomllib's int() met Python's digit limit
+
+
+def parse_toml(text: str, display: str) -> dict:
+    """TOML as tomllib reads it, with its two unbounded corners made one-line InputErrors (exit 2).
+
+    tomllib converts integers with int(), so 5,000 digits raise a bare ValueError (Python's int-string
+    limit), and it parses arrays and inline tables recursively, so 5,000 nested arrays raise
+    RecursionError. Neither is a TOMLDecodeError; both are named here with the file (and line when known).
+    """
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        at = _TOML_POSITION.search(message)
+        where = f"{display}:{at.group(1)}:{at.group(2)}" if at else display
+        raise InputError(f"invalid TOML: {_TOML_POSITION.sub('', message).strip()[:200]}", where=where) from None
+    except ValueError:  # only int()'s digit limit gets here: every other problem is a TOMLDecodeError
+        long = _LONG_DIGITS.search(text)
+        what, where = "an integer of thousands of digits", display
+        if long:
+            start = long.start()
+            what = f"a {len(long.group())}-digit integer"
+            where = f"{display}:{text.count(chr(10), 0, start) + 1}:{start - text.rfind(chr(10), 0, start)}"
+        raise InputError(f"{what} is too large", where=where, hint="use a number of at most 18 digits") from None
+    except RecursionError:
+        raise InputError("arrays or tables nested too deeply to read", where=display, hint="flatten it") from None
 
 
 def _umask() -> int:
@@ -143,6 +183,49 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+# Kernel file systems: a "folder" there is the kernel's view of a process or device, never a place for files
+# (mkdir fails with ENOENT or EPERM, and a file that exists there is a kernel setting, not an output).
+_KERNEL_FS = ("/proc", "/sys")
+_PROBE_BYTES = b"rocmci\n"  # written and removed: a folder that cannot take these bytes cannot take a log
+
+
+def prepare_folder(path: str | os.PathLike, what: str) -> Path:
+    """Make the output folder `path` (and its parents) and prove a file can be written there.
+
+    Every way it cannot be is one InputError naming `what` (the flag or setting that chose the folder):
+    a file in its place, a path under /proc or /sys, no permission or a read-only mount, a full disk or
+    a file size limit. Checked once before a run starts, so no run ends in an OSError from its log file.
+    """
+    name = os.fspath(path)
+    text = _fspath(path, name, what)
+    real = os.path.realpath(text)
+    kernel = next((k for k in _KERNEL_FS if real == k or real.startswith(k + "/")), None)
+    if kernel is not None:
+        raise _error(f"is under {kernel}, a kernel file system, not a folder for files", name, what)
+    try:
+        os.makedirs(text, exist_ok=True)
+    except FileExistsError:  # a file, or a dangling symlink, where the folder should be
+        raise _error("is a file, not a folder", name, what, hint="remove it or name another folder") from None
+    except OSError as exc:
+        raise _error(f"cannot make the folder: {exc.strerror}", name, what) from None
+    if not os.path.isdir(text):  # pragma: no cover - makedirs(exist_ok) raises for anything else
+        raise _error("is not a folder", name, what)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".rocmci-probe.", suffix=".tmp", dir=text)
+    except OSError as exc:
+        raise _error(f"cannot write: {exc.strerror}", name, what) from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(_PROBE_BYTES)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise _error(f"cannot write: {exc.strerror}", name, what) from None
+    finally:
+        Path(probe).unlink(missing_ok=True)
+    return Path(text)
 
 
 def write_target(path: str | os.PathLike, what: str = "--out") -> Path:
@@ -164,9 +247,8 @@ def write_target(path: str | os.PathLike, what: str = "--out") -> Path:
     except OSError as exc:
         raise _error(_OPEN_ERRORS.get(exc.errno or 0, f"cannot write: {exc.strerror}"), name, what) from None
     if not stat.S_ISREG(mode):
-        raise _error(
-            f"is {_kind(mode)}, not a regular file", name, what, hint=f"leave {what} out to write to stdout"
-        )
+        hint = "leave --out out to write to stdout" if what == "--out" else "give a file path"
+        raise _error(f"is {_kind(mode)}, not a regular file", name, what, hint=hint)
     return Path(text)
 
 
@@ -233,3 +315,11 @@ def write_atomic(
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def display_name(path: Path, workspace: Path) -> str:
+    """A path as messages show it: relative to the workspace when inside it, else as given."""
+    try:
+        return str(Path(os.path.realpath(path)).relative_to(workspace))
+    except ValueError:
+        return str(path)

@@ -10,7 +10,8 @@ API for callers (runs, dry runs, logs):
     secret_kind(value)              what the value looks like ("a GitHub token", ...), or None
     Redactor(environ, given=..., public=...)
         environ: the process environment; values of secret-named or secret-looking variables
-        given:   variables the user passed explicitly (e.g. every --env NAME=value): all redacted
+        given:   variables the user passed explicitly (e.g. every --env NAME=value): all redacted; a
+                 short one under a plain name and of no secret shape only as a whole word
         public:  names the user declared public (a flag such as --public NAME): never redacted
         redact(text) / redact(text) also masks any secret-shaped token in free text (--extra).
 """
@@ -30,6 +31,7 @@ SECRET_NAME = re.compile(
     re.I,
 )
 MIN_LENGTH = 4  # shorter values would mask unrelated text and reveal little
+MIN_SUBSTRING = 8  # a shorter non-secret --env value is masked only as a whole word (see Redactor)
 
 # Shapes of credentials; each match is a secret wherever it appears in a value or a line of output.
 # Beside each shape: literal text that every match of it contains, so one cheap search of all of them
@@ -57,7 +59,10 @@ _SHAPES: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
     ("an npm token", ("npm_",), re.compile(r"\bnpm_[A-Za-z0-9]{36}\b")),
     ("a GitLab token", ("glpat-",), re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}")),
     ("an API key", ("sk-",), re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{32,}")),
-    ("a password in a URL", ("://",), re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@$]+:[^/\s@$]{3,}@", re.I)),
+    # Only the user:password part, found right after '://': the scheme is not matched at all, because
+    # `\b[a-z][a-z0-9+.-]*://` restarted at every letter of 'a.a.a...' and scanned to the end each time
+    # (quadratic: 10^6 characters took hours). Masked, a URL keeps its shape: https://***@host/repo.
+    ("a password in a URL", ("://",), re.compile(r"(?<=://)[^/\s:@$]+:[^/\s@$]{3,}(?=@)")),
 )
 # Literal alternatives only: the regex engine skips ahead on their first characters, where the shapes'
 # leading \b allows no skipping (measured: about 12x faster on vLLM's generated env values).
@@ -121,13 +126,27 @@ def _mask_shapes(text: str) -> str:
     return _TEXT_TOKEN.sub(lambda m: "***" if _random_looking(m.group()) else m.group(), text)
 
 
+def _pieces(values: Iterable[str]) -> set[str]:
+    """What of each value to look for: the value, each of its lines, and how pytest shows it in a test id or
+    a message (non-ASCII escaped, not as typed). Pieces shorter than MIN_LENGTH are kept: they would mask
+    unrelated text ("1", "on") and reveal too little to matter."""
+    pieces: set[str] = set()
+    for value in values:
+        pieces.add(value.strip())
+        pieces.update(line.strip() for line in value.splitlines())
+        pieces.add(value.strip().encode("unicode_escape").decode("ascii"))
+    return {p for p in pieces if len(p) >= MIN_LENGTH}
+
+
 class Redactor:
     """Replaces secret values with *** in any text before it is printed or written.
 
     Redacted: values of `environ` variables whose name or value looks secret, every value in
     `given` (what the user typed on the command line: they may be secrets under any name), every
     line of a multi-line value, and any secret-shaped token in the text itself. Names in `public`
-    are never redacted. Values shorter than MIN_LENGTH are kept: they would mask unrelated text.
+    are never redacted. Values shorter than MIN_LENGTH are kept: they would mask unrelated text. A given
+    value under a plain name and of no secret shape, shorter than MIN_SUBSTRING, is masked only as a
+    whole word, so that `--env MODE=pass` leaves "4 passed" alone.
     """
 
     def __init__(
@@ -138,20 +157,30 @@ class Redactor:
         public: Collection[str] = (),
         values: Iterable[str] = (),
     ) -> None:
-        chosen: set[str] = set(values)
+        # Two strengths. A secret (a secret name, a credential shape, or a value handed in as `values`) is
+        # masked wherever it appears, inside other words too. A given value that is neither (--env MODE=pass)
+        # may still be a secret under a plain name, so it never shows as a word of its own, but inside
+        # another word ("passed", "localhost") it is masked only from MIN_SUBSTRING characters on: a
+        # shorter one is an ordinary word far more often than a secret, and masking it there would garble
+        # output ("4 ***ed") without hiding anything.
+        strong: set[str] = set(values)
+        weak: set[str] = set()
         for name, value in (environ or {}).items():
             if name not in public and isinstance(value, str) and (is_secret(name) or secret_kind(value)):
-                chosen.add(value)
+                strong.add(value)
         for name, value in (given or {}).items():
             if name not in public and isinstance(value, str):
-                chosen.add(value)
-        pieces = set()
-        for value in chosen:
-            pieces.add(value.strip())
-            pieces.update(line.strip() for line in value.splitlines())
-        self.values = sorted((v for v in pieces if len(v) >= MIN_LENGTH), key=len, reverse=True)
+                (strong if is_secret(name) or secret_kind(value) else weak).add(value)
+        strong_pieces = _pieces(strong)
+        weak_pieces = _pieces(weak) - strong_pieces
+        self.values = sorted(strong_pieces | weak_pieces, key=len, reverse=True)
+        self._substrings = [v for v in self.values if v in strong_pieces or len(v) >= MIN_SUBSTRING]
+        short = [re.escape(v) for v in self.values if v not in strong_pieces and len(v) < MIN_SUBSTRING]
+        self._words = re.compile(rf"(?<![A-Za-z0-9_])(?:{'|'.join(short)})(?![A-Za-z0-9_])") if short else None
 
     def __call__(self, text: str) -> str:
-        for value in self.values:
+        for value in self._substrings:
             text = text.replace(value, "***")
+        if self._words is not None:
+            text = self._words.sub("***", text)
         return _mask_shapes(text)

@@ -20,23 +20,56 @@ from rocmci.errors import UsageError
 IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
 IMAGE_REF_HINT = "an image reference such as rocm/vllm-dev:base (letters, digits and . _ / : @ -)"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_INT = re.compile(r"[+-]?[0-9]{1,18}")
+# Every number that comes from outside (flags, settings, env, step files, command text) is read by
+# parse_int: ASCII digits only (int() also takes '١٠', '1_0' and ' 7 ', and str.isdigit() is true for
+# '²', which int() refuses) and at most MAX_INT_DIGITS of them, far below Python's 4,300-digit limit,
+# which otherwise turns a long number into a ValueError traceback. 18 digits hold any count, size or
+# timeout rocmci uses and fit a signed 64-bit integer.
+MAX_INT_DIGITS = 18
+_INT = re.compile(r"[+-]?[0-9]+")
 
 
-def _shown(text: str) -> str:
-    r = repr(text)
+def shown(text: str) -> str:
+    """repr of outside text, cut to 60 characters: an error or finding line stays short whatever the input."""
+    r = repr(text[:61])
     return r if len(r) <= 60 else r[:57] + "..."
 
 
-def bounded_int(flag: str, text: str | int, low: int, high: int) -> int:
-    """A whole number in [low, high]: '2.9', '1e3', '0x10', '١٠' and 5,000 digits are refused."""
-    raw = str(text).strip()
-    if not _INT.fullmatch(raw):
-        raise UsageError(f"{flag} must be a whole number, got {_shown(str(text))}")
-    number = int(raw)
-    if not low <= number <= high:
-        raise UsageError(f"{flag} must be between {low} and {high}, got {number}")
+_shown = shown
+
+
+def parse_int(text: object, what: str, *, low: int | None = None, high: int | None = None) -> int:
+    """A whole number from outside text; UsageError (one line naming `what`) for anything else.
+
+    Takes an int (not a bool) or text of ASCII digits with an optional sign and surrounding blanks;
+    refuses '2.9', '1e3', '0x10', '1_0', '١٠', '²' and more than MAX_INT_DIGITS digits, checking the
+    length before converting so a 10**6-character value costs one scan.
+    """
+    if isinstance(text, bool) or not isinstance(text, int | str):
+        raise UsageError(f"{what} must be a whole number, got {_shown(repr(text))}")
+    if isinstance(text, int):  # already a number (TOML, YAML): the same bound on its size
+        number = text
+        if not -(10**MAX_INT_DIGITS) < number < 10**MAX_INT_DIGITS:
+            raise UsageError(f"{what} is a number of over {MAX_INT_DIGITS} digits")
+    else:
+        raw = text.strip()
+        if not _INT.fullmatch(raw):
+            raise UsageError(f"{what} must be a whole number, got {_shown(text)}")
+        digits = len(raw.lstrip("+-"))
+        if digits > MAX_INT_DIGITS:
+            raise UsageError(f"{what} is a {digits}-digit number; numbers here have at most {MAX_INT_DIGITS} digits")
+        number = int(raw)
+    if low is not None and number < low or high is not None and number > high:
+        lo = "" if low is None else f" at least {low}"
+        hi = "" if high is None else f" at most {high}"
+        bound = f"between {low} and {high}" if lo and hi else (lo or hi).strip()
+        raise UsageError(f"{what} must be {bound}, got {number}")
     return number
+
+
+def bounded_int(flag: str, text: str | int, low: int, high: int) -> int:
+    """A whole number in [low, high] from a flag (see parse_int)."""
+    return parse_int(text, flag, low=low, high=high)
 
 
 def choice(flag: str, text: str, choices: Sequence[str]) -> str:
@@ -52,7 +85,20 @@ def image_ref(flag: str, text: str) -> str:
     if not isinstance(text, str) or not IMAGE_REF.fullmatch(text):
         why = "starts with '-'" if isinstance(text, str) and text.startswith("-") else "is not an image reference"
         raise UsageError(f"{flag} {_shown(str(text))} {why}", hint=IMAGE_REF_HINT)
+    if _repository_path(text) != _repository_path(text).lower():
+        # docker's engine answers "400 Client Error ... repository name must be lowercase" much later
+        raise UsageError(f"{flag} {_shown(text)} has upper case in its repository name", hint=IMAGE_REF_HINT)
     return text
+
+
+def _repository_path(ref: str) -> str:
+    """The path part docker requires in lower case: no registry host (it may be upper case), no tag or digest."""
+    name = ref.split("@", 1)[0]
+    first, sep, rest = name.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        name = rest
+    head, _, last = name.rpartition("/")
+    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
 
 
 def gpu_indices(flag: str, text: str) -> tuple[int, ...]:
@@ -115,6 +161,24 @@ def path_text(flag: str, text: str) -> str:
     if len(encoded) > 4096:
         raise UsageError(f"{flag} is not a valid path (longer than 4096 bytes)")
     return text
+
+
+# scheme://userinfo@host...: a token or password in a git URL. ssh's user name (ssh://git@host, git@host:path)
+# is no secret and stays.
+_URL_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/@\s]*)@")
+
+
+def url_credentials(text: str) -> bool:
+    """Whether a URL carries credentials: any userinfo over http(s) (a token alone is one), a password elsewhere."""
+    m = _URL_USERINFO.match(text)
+    if m is None:
+        return False
+    return ":" in m.group(2) or not m.group(1).lower().startswith(("ssh://", "git+ssh://"))
+
+
+def without_url_credentials(text: str) -> str:
+    """The URL with its credentials shown as *** (for display only: a URL with credentials is never used)."""
+    return _URL_USERINFO.sub(r"\1***@", text) if url_credentials(text) else text
 
 
 def git_ref(flag: str, text: str) -> str:

@@ -4,13 +4,16 @@ Building the data ourselves lets us keep the line and column of every key and it
 duplicate keys (PyYAML keeps the last one silently, as Buildkite does), and bound what YAML
 aliases may expand to, so a "billion laughs" document fails fast instead of eating memory.
 
-Values are read by the YAML 1.2 core schema only: a plain scalar is null, true/false, an integer
-or a float when it looks exactly like one, and text otherwise. PyYAML's YAML 1.1 extras never
-apply: `2024-13-45` and `2024-01-01` stay text (no dates), `no`/`on` stay text (no booleans),
-`1_000` and `1:20` stay text. Explicit tags other than the core ones (`!!timestamp`, `!!binary`,
-`!!set`, `!!python/...`, `!custom`) and core tags on values that do not fit them (`!!int two`) are
-unreadable input with file:line. Mapping keys are always text (`1:` is the key "1"): every file
-rocmci reads uses keys as names. Integers are bounded (MAX_INT_CHARS) so a huge number is a
+Values are read by the YAML 1.2 core schema as serde_yaml (minijinja-cli's reader) applies it: a
+plain scalar is null, true/false, an integer or a float when it looks exactly like one, and text
+otherwise. PyYAML's YAML 1.1 extras never apply: `2024-13-45` and `2024-01-01` stay text (no dates),
+`no`/`on` stay text (no booleans), `1_000`, `1:20` and `0100` (a redundant leading zero) stay text.
+Explicit tags other than the core ones (`!!timestamp`, `!!binary`, `!!set`, `!!python/...`,
+`!custom`) and core tags on values that do not fit them (`!!int two`) are unreadable input with
+file:line. Mapping keys are always text (`1:` is the key "1"): every file rocmci reads uses keys as
+names. `parse(..., plain=...)` reads a document the way another program does instead
+(buildkite-agent, pipeline/scalars.py): every plain scalar and key goes through the given
+functions, with the same bounds. Integers are bounded (MAX_INT_CHARS) so a huge number is a
 one-line error, not Python's int-string limit.
 """
 
@@ -44,15 +47,24 @@ _PLAIN_TAGS = frozenset({_PLAIN_NULL, _PLAIN_BOOL, _PLAIN_INT, _PLAIN_FLOAT})
 # YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution), one pattern per type.
 _CORE_NULL = re.compile(r"~|null|Null|NULL|")
 _CORE_BOOL = re.compile(r"true|True|TRUE|false|False|FALSE")
-_CORE_INT = re.compile(r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+")
+# serde_yaml's integers (what minijinja-cli reads; see pipeline/scalars.py): 0x/0o/0b with an optional sign,
+# and decimals without a redundant leading zero -- `0100` and `-007` are text, not numbers.
+_CORE_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)|[-+]?0o[0-7]+|[-+]?0x[0-9a-fA-F]+|[-+]?0b[01]+")
+_LEADING_ZERO = re.compile(r"[-+]?0[0-9]+")
 _CORE_FLOAT = re.compile(
     r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
 )
 _CORE = re.compile(
-    rf"(?P<null>{_CORE_NULL.pattern})|(?P<bool>{_CORE_BOOL.pattern})"
+    rf"(?P<text>{_LEADING_ZERO.pattern})|(?P<null>{_CORE_NULL.pattern})|(?P<bool>{_CORE_BOOL.pattern})"
     rf"|(?P<int>{_CORE_INT.pattern})|(?P<float>{_CORE_FLOAT.pattern})"
 )
-_CORE_TAG = {"null": _PLAIN_NULL, "bool": _PLAIN_BOOL, "int": _PLAIN_INT, "float": _PLAIN_FLOAT}
+_CORE_TAG = {
+    "text": "tag:yaml.org,2002:str",
+    "null": _PLAIN_NULL,
+    "bool": _PLAIN_BOOL,
+    "int": _PLAIN_INT,
+    "float": _PLAIN_FLOAT,
+}
 _MAYBE_TYPED = frozenset("0123456789+-.~nNtTfF<")  # first characters of anything that is not plain text
 
 
@@ -82,6 +94,17 @@ class _Loader(_Base):
                 self._memo[key] = tag
         return tag
 
+
+class _PlainLoader(_Loader):
+    """Leaves plain scalars unresolved (a private tag), for a caller that types them itself."""
+
+    def resolve(self, kind, value, implicit):
+        if kind is yaml.ScalarNode and implicit[0]:
+            return _MERGE if value == "<<" else _AS_WRITTEN
+        return super().resolve(kind, value, implicit)
+
+
+_AS_WRITTEN = "rocmci:plain"
 
 Path_ = tuple[Any, ...]  # keys and indices from the document root
 
@@ -143,8 +166,9 @@ class Document:
 
 
 class _Builder:
-    def __init__(self, doc: Document) -> None:
+    def __init__(self, doc: Document, plain=None, plain_key=None) -> None:
         self.doc = doc
+        self.plain, self.plain_key = plain, plain_key
         self.alias_nodes = 0
         self._seen: set[int] = set()  # ids of collections built so far
 
@@ -153,7 +177,9 @@ class _Builder:
         if cls is yaml.ScalarNode:  # most nodes: keep this path short
             if via_alias:
                 self._count_alias(node)
-            return node.value if node.tag == _STR else self.scalar(node)
+            if node.tag == _STR:
+                return node.value
+            return self._typed(node, self.plain) if node.tag == _AS_WRITTEN else self.scalar(node)
         if node.tag != _SEQ and node.tag != _MAP:
             raise self._tag_error(node)
         if depth > MAX_DEPTH:
@@ -220,9 +246,17 @@ class _Builder:
             raise InputError("a mapping key must be a scalar", where=self._where(node))
         if via_alias:
             self._count_alias(node)
+        if node.tag == _AS_WRITTEN:
+            return self._typed(node, self.plain_key)
         if node.tag != _STR and node.tag not in _PLAIN_TAGS:
             raise self._tag_error(node)
         return node.value
+
+    def _typed(self, node: yaml.ScalarNode, fn) -> Any:
+        try:
+            return fn(node.value)
+        except ValueError as exc:
+            raise InputError(str(exc), where=self._where(node)) from None
 
     def scalar(self, node: yaml.ScalarNode) -> Any:
         tag = node.tag
@@ -237,6 +271,8 @@ class _Builder:
             return _float(value)
         if tag == _STR:
             return value
+        if tag == _MERGE:
+            return value  # a `<<` value (label: <<) is text, as serde_yaml reads it; only a `<<` key merges
         # An explicit tag: only the core ones, and only on a value that is one of them.
         pattern = _CORE_TAGS.get(tag)
         if pattern is None or not pattern.fullmatch(value):
@@ -257,11 +293,11 @@ class _Builder:
                 where=self._where(node),
                 hint="quote it to keep it as text",
             )
-        if value[:2] == "0x":
-            return int(value[2:], 16)
-        if value[:2] == "0o":
-            return int(value[2:], 8)
-        return int(value)
+        body = value.lstrip("+-")
+        base = {"0x": 16, "0o": 8, "0b": 2}.get(body[:2])
+        if base is None:
+            return int(value)
+        return -int(body[2:], base) if value[0] == "-" else int(body[2:], base)
 
     def _tag_error(self, node: yaml.Node) -> InputError:
         tag = node.tag.replace("tag:yaml.org,2002:", "!!")
@@ -283,13 +319,14 @@ class _Builder:
         return f"{self.doc.filename}:{p.line}:{p.col}"
 
 
-def _float(value: str) -> float:
+def _float(value: str) -> float | str:
     special = value.lstrip("+-").lower()
     if special == ".inf":
         return -math.inf if value[0] == "-" else math.inf
     if special == ".nan":
         return math.nan
-    return float(value)
+    number = float(value)
+    return value if math.isinf(number) else number  # serde_yaml keeps a float that overflows (1e400) as text
 
 
 def _pos(node: yaml.Node) -> Pos:
@@ -297,7 +334,7 @@ def _pos(node: yaml.Node) -> Pos:
     return Pos(mark.line + 1, mark.column + 1)
 
 
-def parse(text: str | bytes, filename: str) -> Document:
+def parse(text: str | bytes, filename: str, *, plain=None, plain_key=None) -> Document:
     """Parse one YAML document; InputError (exit 2) for anything that is not readable YAML."""
     if isinstance(text, bytes):
         if text.startswith((b"\xff\xfe", b"\xfe\xff")):
@@ -313,14 +350,65 @@ def parse(text: str | bytes, filename: str) -> Document:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _parse(text, filename, doc)
+        return _parse(text, filename, doc, plain, plain_key)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _parse(text: str, filename: str, doc: Document) -> Document:
-    loader = _Loader(text)
+# libyaml's composer (the C extension) recurses once per nesting level with no limit of its own: about
+# 30,000 levels ('[' * 40_000, an 80 KB file) overflow the C stack and kill the process with SIGSEGV before
+# _Builder can count levels. Depth is proven below this bound cheaply, or by a pass over the events.
+_COMPOSE_SAFE_DEPTH = 2000
+
+
+def _could_nest_deeply(text: str) -> bool:
+    """An upper bound on nesting, in one C-speed pass: flow levels need a '[' or '{' each, and block levels
+    a column more each (at most the longest line). Real step files stay far below the bound."""
+    flow = text.count("[") + text.count("{")
+    return flow + max(map(len, text.split("\n"))) > _COMPOSE_SAFE_DEPTH
+
+
+def _refuse_deep_nesting(text: str, filename: str) -> None:
+    """Walk the parser's events (libyaml's parser keeps an explicit stack) and refuse nesting past
+    MAX_DEPTH before the recursive composer sees it. Syntax errors are left to the composing pass."""
+    events = _Base(text)
+    depth = 0
+    try:
+        while events.check_event():
+            event = events.get_event()
+            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH + 1:  # the root collection is level 0, as _Builder counts
+                    mark = event.start_mark
+                    raise InputError(
+                        f"nested deeper than {MAX_DEPTH} levels",
+                        where=f"{filename}:{mark.line + 1}:{mark.column + 1}",
+                        hint="flatten the document",
+                    )
+            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                depth -= 1
+    except yaml.MarkedYAMLError as exc:
+        # The libyaml that PyYAML 6.0.4's wheels bundle has a nesting limit of its own (1,000 levels), and
+        # its scanner reaches it while looking ahead, before this pass has counted MAX_DEPTH events.
+        if "maximum nesting depth" in (exc.problem or "") and exc.problem_mark is not None:
+            mark = exc.problem_mark
+            raise InputError(
+                f"nested deeper than {MAX_DEPTH} levels",
+                where=f"{filename}:{mark.line + 1}:{mark.column + 1}",
+                hint="flatten the document",
+            ) from None
+        return
+    except yaml.YAMLError:
+        return
+    finally:
+        events.dispose()
+
+
+def _parse(text: str, filename: str, doc: Document, plain=None, plain_key=None) -> Document:
+    if _could_nest_deeply(text):
+        _refuse_deep_nesting(text, filename)
+    loader = _PlainLoader(text) if plain is not None else _Loader(text)
     try:
         root = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
@@ -345,7 +433,7 @@ def _parse(text: str, filename: str, doc: Document) -> Document:
         return doc
     doc.positions[()] = root
     try:
-        doc.data = _Builder(doc).build(root, (), 0, False)
+        doc.data = _Builder(doc, plain, plain_key).build(root, (), 0, False)
     except RecursionError:
         raise InputError("nested too deeply", where=filename) from None
     return doc

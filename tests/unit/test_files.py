@@ -270,3 +270,81 @@ def test_tasks_report_sigterm_with_one_line_and_143(monkeypatch):
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert err.value.code == 143 and err.value.message == "rocmci: terminated"
+
+
+# --- issue 22: bounded TOML, output folders that cannot be used, NULs in path lists -----------------------
+
+
+def test_toml_long_integers_and_deep_nesting_are_one_line_each():
+    cases = {
+        "[tool.rocmci]\nrun_timeout = " + "9" * 5000 + "\n": "pyproject.toml:2:15: a 5000-digit integer is too large",
+        "x = " + "[" * 5000 + "]" * 5000 + "\n": "pyproject.toml: arrays or tables nested too deeply to read",
+        "x = " + "{a=" * 3000 + "1" + "}" * 3000 + "\n": "pyproject.toml: arrays or tables nested too deeply",
+        "[tool.rocmci\n": "pyproject.toml:1:13: invalid TOML: Expected ']'",
+    }
+    for text, message in cases.items():
+        with pytest.raises(InputError) as err:
+            files.parse_toml(text, "pyproject.toml")
+        assert err.value.one_line().startswith(message) and "\n" not in err.value.one_line()
+    assert files.parse_toml("x = " + "9" * 18 + "\n", "p")["x"] == int("9" * 18)
+
+
+@pytest.mark.parametrize("kernel", ["/proc/rocmci-results", "/sys/rocmci-results", "/proc/self", "/sys"])
+def test_an_output_folder_under_proc_or_sys_is_refused_before_anything_is_made(kernel):
+    with pytest.raises(InputError) as err:
+        files.prepare_folder(kernel, "setting results_dir, ROCMCI_RESULTS_DIR")
+    line = err.value.one_line()
+    assert "a kernel file system" in line and line.endswith("(from setting results_dir, ROCMCI_RESULTS_DIR)")
+    assert not os.path.exists("/proc/rocmci-results") and not os.path.exists("/sys/rocmci-results")
+
+
+def test_an_output_folder_that_is_a_file_or_under_one_names_the_setting(tmp_path):
+    (tmp_path / "file").write_text("keep\n")
+    (tmp_path / "kernel").symlink_to("/proc")
+    cases = {
+        tmp_path / "file": "is a file, not a folder (from ROCMCI_RESULTS_DIR)",
+        tmp_path / "file" / "sub": "cannot make the folder: Not a directory (from ROCMCI_RESULTS_DIR)",
+        tmp_path / "kernel" / "x": "is under /proc, a kernel file system",  # through a symlink
+    }
+    for path, message in cases.items():
+        with pytest.raises(InputError, match=re.escape(message)):
+            files.prepare_folder(path, "ROCMCI_RESULTS_DIR")
+    assert (tmp_path / "file").read_text() == "keep\n"
+    made = files.prepare_folder(tmp_path / "a" / "b", "ROCMCI_RESULTS_DIR")
+    assert made.is_dir() and list(made.iterdir()) == []  # the probe file is gone
+
+
+def test_an_output_folder_that_takes_no_bytes_is_found_before_the_run(tmp_path):
+    # What a full disk does to a write, without filling one: RLIMIT_FSIZE makes every write past 1 byte EFBIG.
+    code = (
+        "import resource, signal, sys\n"
+        "from rocmci import files\n"
+        "from rocmci.errors import InputError\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1, 1))\n"
+        "try:\n"
+        f"    files.prepare_folder({str(tmp_path / 'full')!r}, 'ROCMCI_RESULTS_DIR')\n"
+        "except InputError as exc:\n"
+        "    print(exc.one_line())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.strip().endswith("full: cannot write: File too large (from ROCMCI_RESULTS_DIR)"), done
+    assert list((tmp_path / "full").iterdir()) == []
+
+
+def test_a_refused_output_is_named_by_its_own_flag(tmp_path):
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(InputError) as err:
+        write_atomic(tmp_path / "dir", "x", what="--annotation")
+    assert err.value.one_line().endswith("is a directory, not a regular file (from --annotation). give a file path")
+    with pytest.raises(InputError, match=r"\(from --out\)\. leave --out out to write to stdout"):
+        write_atomic(tmp_path / "dir", "x")
+
+
+def test_a_nul_in_a_list_of_paths_is_refused_with_its_line(tmp_path):
+    listing = tmp_path / "changed.txt"
+    listing.write_bytes(b"vllm/a.py\n\nvllm/\x00b.py\n")
+    with pytest.raises(InputError) as err:
+        read_lines(listing, what="--changed-files")
+    line = err.value.one_line()
+    assert line.startswith(f"{listing}:3: a NUL character in a path (from --changed-files)") and "\0" not in line

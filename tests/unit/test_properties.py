@@ -26,7 +26,7 @@ import jsonschema
 import pytest
 import yaml
 from check_jsonschema.builtin_schemas import get_builtin_schema
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
@@ -54,8 +54,11 @@ VALUES = st.sampled_from(
      "yes", "0x1F", "1e3", "~", "null", "x" * 5000, 10**12, 1.5]
 )  # fmt: skip
 PASS_THROUGH = ["parallelism", "timeout_in_minutes", "env", "label", "soft_fail", "num_gpus", "working_dir"]
+# Derandomized: the examples are a function of the test's source, so a run fails or passes the same way on every
+# machine and every try (a randomised run once failed on unchanged code, issue 24). New inputs come from editing
+# the strategies, and every input ever found to fail is pinned below with @example.
 SETTINGS = settings(
-    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None, derandomize=False
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None, derandomize=True
 )
 REFERENCE = jsonschema.Draft7Validator(get_builtin_schema("vendor.buildkite"))
 FLOOR = 0.6  # the meaningful branch must run in at least this fraction of examples
@@ -331,12 +334,20 @@ def test_text_mutations_give_findings_inside_the_file_or_one_input_error():
 
 
 @SETTINGS
-@given(st.one_of(st.binary(max_size=300), st.text(alphabet="ab:-[]{}\n #&*!|>'\"%@`\t", max_size=80)))
+@given(st.one_of(st.binary(max_size=300), st.text(alphabet="ab:-[]{}\n #&*!|>'\"%@`\t=", max_size=80)))
+@example(b"=")  # found by a randomised run: PyYAML's YAML 1.1 'value' tag, which SafeLoader cannot construct
+@example("- =\n")
+@example(b"[" * 300)
 def test_arbitrary_input_is_a_document_or_one_input_error_and_libyaml_rejections_are_kept(data):
-    """libyaml is the parser rocmci builds on: rocmci may refuse more (duplicate keys, tags, aliases), never less."""
+    """libyaml is the parser rocmci builds on: rocmci may refuse more (duplicate keys, tags, aliases), never less.
+
+    The reference is libyaml's composer (syntax), not PyYAML's constructor: constructing applies YAML 1.1's
+    types, which rocmci reads by YAML 1.2 on purpose (yamldoc.py). `=` is the case in point: YAML 1.1 resolves
+    it to the tag 'value', which SafeLoader has no constructor for; YAML 1.2 (and serde_yaml) read the text "=".
+    """
     try:
         reference_ok = True
-        yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        yaml.compose(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (yaml.YAMLError, UnicodeDecodeError, ValueError):
         reference_ok = False
     try:

@@ -183,3 +183,80 @@ def test_a_variable_name_glued_to_a_commit_hash_is_not_masked_but_a_token_is():
     commit = "BUILDKITE_COMMIT=13726c80fe5758443b4e1508611ccf504a06085c"
     assert Redactor({})(commit) == commit
     assert Redactor({})("TOKEN=aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5bC7d") == "TOKEN=***"
+
+
+# --- issue 22: time-linear shapes. Inputs of 10^6 characters built to make a backtracking pattern restart at every
+# position; each test asserts the answer and runs under a generous hang guard (no timing threshold: speed is the
+# benchmarks' business). `\b[a-z][a-z0-9+.-]*://` took hours on the first of these.
+
+MILLION = 10**6
+
+
+@pytest.fixture
+def hang_guard():
+    import signal
+
+    def hung(signum, frame):
+        raise AssertionError("no answer within 20 s: a pattern backtracks on a 10^6-character input")
+
+    old = signal.signal(signal.SIGALRM, hung)  # the regex engine checks for signals, so the alarm interrupts it
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+HOSTILE_TEXTS = {  # name: (text, what secret_kind says of it as part of a command)
+    "dotted scheme": ("a." * (MILLION // 2) + " ://", None),
+    "url user run": ("x://" + "a:" * (MILLION // 2), None),
+    "hf prefixes": (" hf_" * (MILLION // 4), None),
+    "basic run": ("Basic " + "A" * MILLION + ".", None),  # a token must not end glued to '.'
+    "key header": ("-----BEGIN " + "A " * (MILLION // 2), None),
+    "token run": ("aB3" * (MILLION // 3), None),  # long, but repetitive: not random-looking
+    "github runs": (" github_pat_" + "_" * MILLION, "a GitHub token"),
+    "bearer words": ("Bearer " * (MILLION // 7), None),
+    "name parts": ("A_" * (MILLION // 2), None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_TEXTS))
+def test_shapes_answer_on_a_million_characters(name, hang_guard):
+    text, kind = HOSTILE_TEXTS[name]
+    assert secret_kind(text, whole=False) == kind
+    masked = Redactor({})(text)
+    assert masked == text if kind is None else "***" in masked and len(masked) < len(text)
+    assert not is_secret(text)
+
+
+def test_a_url_password_after_a_million_characters_is_found_and_masked(hang_guard):
+    text = "a." * (MILLION // 2) + " https://oauth2:s3cr3t-value@github.com/ROCm/DeepEP.git"
+    assert secret_kind(text, whole=False) == "a password in a URL"
+    masked = Redactor({})(text)
+    assert masked.endswith(" https://***@github.com/ROCm/DeepEP.git") and "s3cr3t" not in masked
+
+
+# --- a short --env value under a plain name masks only itself, never part of another word ----------------
+
+
+def test_a_short_plain_env_value_is_masked_only_as_a_whole_word():
+    redact = Redactor({}, given={"STANDIN_MODE": "pass", "TARGET": "host"})
+    assert redact("4 passed, 0 skipped in 3.1s") == "4 passed, 0 skipped in 3.1s"  # was "4 ***ed"
+    assert redact("--network host on localhost") == "--network *** on localhost"
+    assert redact("STANDIN_MODE=pass") == "STANDIN_MODE=***"
+    assert redact("test_moe[pass]") == "test_moe[***]"
+
+
+def test_a_long_plain_env_value_is_masked_even_inside_another_word():
+    # Eight characters and more: a match inside a word is far likelier the value itself than chance.
+    assert Redactor({}, given={"MODE": "abort-once"})("xabort-oncey") == "x***y"
+
+
+def test_a_secret_env_value_never_shows_however_short_or_glued():
+    redact = Redactor({"GH_PAT": "s3cr"}, given={"HF_TOKEN": "hunt", "PLAIN": GHP})
+    assert redact("ahuntb x-s3cr-y") == "a***b x-***-y"  # secret names: masked inside words too
+    assert GHP not in redact(f"id{GHP}x")  # a credential shape under a plain name: the same
+
+
+def test_a_value_both_given_plainly_and_known_secret_is_masked_everywhere():
+    redact = Redactor({"NPM_AUTH": "pass"}, given={"STANDIN_MODE": "pass"})
+    assert redact("4 passed") == "4 ***ed"  # the environment says it is a secret: that wins
