@@ -99,6 +99,13 @@ def run_moe_tests(session: nox.Session) -> None:
     session.run("invoke", "run.moe-tests", *session.posargs)
 
 
+@nox.session(name="run.step", default=False)
+def run_step(session: nox.Session) -> None:
+    """Run one step of the step file as vLLM's AMD CI does (e.g. -- --step 'DeepEP MoE' --dry-run)."""
+    _install(session)
+    session.run("invoke", "run.step", *session.posargs)
+
+
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks: speed and memory next to their references (see benchmarks/)."""
@@ -106,3 +113,71 @@ def bench(session: nox.Session) -> None:
     # even where PYTHONDONTWRITEBYTECODE is set.
     session.install(".[test]", env={"UV_COMPILE_BYTECODE": "1", "PIP_COMPILE": "1"})
     session.run("python", "benchmarks/run.py", *session.posargs)
+
+
+# `nox -s mutants -- [AREA/MODULE ...] [tests/PATH ...]`: the modules under src/rocmci it mutates (default: all
+# of [tool.mutmut] only_mutate) and the tests it runs against each mutant (default: tests/unit, tests/functional).
+_MUTANTS_CHILDREN = "2"  # sized for a 2-core machine; one module takes minutes, the whole list hours
+
+
+def _mutmut_table(text: str, modules: list[str], tests: list[str]) -> str:
+    """pyproject.toml's text with [tool.mutmut] only_mutate and the test selection narrowed to what was asked."""
+    import re
+
+    def listing(items: list[str]) -> str:
+        return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+
+    text = re.sub(r"^only_mutate = \[.*?\]$", f"only_mutate = {listing(modules)}", text, count=1, flags=re.M | re.S)
+    return re.sub(
+        r"^pytest_add_cli_args_test_selection = \[.*?\]$",
+        f"pytest_add_cli_args_test_selection = {listing(tests)}", text, count=1, flags=re.M | re.S,
+    )  # fmt: skip
+
+
+@nox.session(default=False)
+def mutants(session: nox.Session) -> None:
+    """Mutation testing (mutmut) of the modules that keep README's promises; `-- pipeline/bootstrap` for one."""
+    import json
+    import subprocess
+    import tomllib
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent
+    known = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+    tests = [a for a in session.posargs if a.startswith("tests/")] or ["tests/unit", "tests/functional"]
+    modules = []
+    for arg in (a for a in session.posargs if not a.startswith("tests/")):
+        path = f"src/rocmci/{arg.removesuffix('.py')}.py"
+        if path not in known and not any(k.endswith("/*") and path.startswith(k[:-1]) for k in known):
+            session.error(f"{arg!r} is not one of the mutated modules ({', '.join(known)})")
+        modules.append(path)
+    _install(session, "test", "mutation")
+    # A scratch copy: mutmut writes mutants/ beside the sources, and the tests find upstream's files at
+    # ../shared relative to the tests' repository root, which is mutants/ there.
+    scratch = Path(session.create_tmp()).resolve() / "mutation"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=repo, capture_output=True, check=True
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        if (repo / rel).is_file():
+            (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / rel, scratch / rel)
+    (scratch / "shared").symlink_to((repo.parent / "shared").resolve())
+    pyproject = scratch / "pyproject.toml"
+    pyproject.write_text(_mutmut_table(pyproject.read_text(), modules or known, tests))
+    session.chdir(scratch)
+    # Only in-process calls see a mutant: a child process (a test starting `rocmci`) imports the installed
+    # code, because mutmut's switch in the mutated code reads its config from the mutants/ folder, where
+    # such a child (run in another folder) would not find it.
+    session.run("mutmut", "run", "--max-children", _MUTANTS_CHILDREN, success_codes=[0, 1])
+    session.run("mutmut", "export-cicd-stats")
+    stats = json.loads((scratch / "mutants" / "mutmut-cicd-stats.json").read_text())
+    # A mutant no test reaches in-process ("no_tests") counts as not killed: it is a promise nothing guards.
+    killed = stats["killed"] + stats["timeout"] + stats["segfault"]
+    judged = killed + stats["survived"] + stats["no_tests"] + stats["suspicious"]
+    if not judged:
+        session.error("no mutant was tested: the selected tests fail on the unmutated code (see above)")
+    session.log(f"score: {killed}/{judged} = {100 * killed / max(judged, 1):.1f}% killed ({stats})")
+    session.run("mutmut", "results", success_codes=[0, 1])

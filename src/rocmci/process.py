@@ -8,17 +8,19 @@ client or a workload's whole process group never outlives the command that start
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL for a process group
+GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL for a process group (or a lone child that ignores SIGTERM)
 WAIT_AFTER_STOP = 30.0  # for the child to exit once it was asked to stop
+THREADS_AFTER_STOP = 15.0  # for worker threads to finish their clean-up once everything was stopped
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,64 @@ class Running:
             self._stopping = True
             stops = list(self._stops.values())
         for stop in stops:
-            stop()
+            try:
+                stop()
+            except Exception:  # noqa: BLE001, S112 - one child that cannot be stopped must not keep the rest running
+                continue
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """While rocmci stops what it started, a second Ctrl-C or SIGTERM must not cut the clean-up short.
+
+    Outside the main thread (where Python runs signal handlers) this does nothing. The clean-up it guards
+    is bounded in time, so a user pressing Ctrl-C again waits seconds, not forever.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_threads(
+    targets: Sequence[Callable[[], None]], running: Running, after_stop: float = THREADS_AFTER_STOP
+) -> None:
+    """Run each target in a thread of its own and wait for all of them.
+
+    On Ctrl-C, SIGTERM or any error while waiting: every child registered in `running` is stopped, the
+    threads get `after_stop` seconds to finish their own clean-up, and the exception propagates.
+    Waiting is on an Event each thread sets when it ends, not on Thread.join: a KeyboardInterrupt
+    that lands inside join() on Python 3.11 marks a still-running thread as stopped (bpo-45274's
+    recovery), and a later join() then returns at once, without waiting for that thread's clean-up.
+    """
+    done = [threading.Event() for _ in targets]
+
+    def body(target: Callable[[], None], finished: threading.Event) -> None:
+        try:
+            target()
+        finally:
+            finished.set()
+
+    threads = [threading.Thread(target=body, args=pair, daemon=True) for pair in zip(targets, done, strict=True)]
+    try:
+        for thread in threads:  # inside the try: an interrupt between two starts stops the first
+            thread.start()
+        for finished in done:
+            while not finished.wait(0.2):  # short waits: a signal taken by another thread wakes no one
+                pass
+    except BaseException:
+        with interrupts_deferred():
+            running.stop_all()
+            deadline = time.monotonic() + after_stop
+            for thread, finished in zip(threads, done, strict=True):
+                if thread.ident is not None:  # started
+                    finished.wait(max(0.0, deadline - time.monotonic()))
+        raise
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
@@ -149,6 +208,11 @@ def stream(
             stop_group(pgid)
         elif proc.poll() is None:
             proc.terminate()
+            # A `docker run` client passes SIGTERM on to its container and stays: it must not outlive us.
+            try:
+                proc.wait(timeout=GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
     reader = threading.Thread(target=_pump, args=(proc.stdout, on_line), daemon=True)
     reader.start()

@@ -32,6 +32,7 @@ from tests.integration.helpers import moe, run_env
 VLLM_STANDIN = REPO / "tests" / "data" / "vllm-standin"  # a small vLLM checkout; csrc/SLOW makes a step take 2 min
 MARK = "FAULT_TEST_MARK"  # not ROCMCI_*: rocmci ignores it, every child process inherits it
 _started: list[subprocess.Popen] = []
+_marks: list[str] = []  # of this test's runs: their containers are removed after it, whatever happened
 OLD = {"results.json": b'{"old": "results from an earlier run"}\n', "annotation.md": b"### old annotation\n"}
 
 
@@ -74,13 +75,14 @@ def containers_of(engine, mark: str, workload: str | None = None) -> list[str]:
     sessions may share the engine, with stand-in images of the same content)."""
     found = []
     for cid in engine.cli("ps", "-a", "-q", "--filter", "label=rocmci.managed=1", check=False).stdout.split():
+        # One JSON document: a probe container has no environment (`null`) and no workload label.
         done = engine.cli(
-            "inspect", "--format", '{{json .Config.Env}} {{index .Config.Labels "rocmci.workload"}}', cid, check=False
+            "inspect", "--format", '{{json .Config.Env}}\t{{index .Config.Labels "rocmci.workload"}}', cid, check=False
         )
-        if done.returncode != 0:
+        env, _, kind = done.stdout.strip("\n").partition("\t")
+        if done.returncode != 0 or not env:
             continue  # removed meanwhile
-        env, _, kind = done.stdout.strip().rpartition(" ")
-        if f"{MARK}={mark}" in json.loads(env) and (workload is None or kind == workload):
+        if f"{MARK}={mark}" in (json.loads(env) or []) and (workload is None or kind == workload):
             found.append(cid)
     return found
 
@@ -125,6 +127,7 @@ def user_env(**extra: str) -> tuple[dict[str, str], str]:
     mark = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCI_")}
     env.update(extra, **{MARK: mark})
+    _marks.append(mark)
     return env, mark
 
 
@@ -149,6 +152,16 @@ def _stop_what_a_failed_test_left_running():
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.communicate()
+    marks = list(_marks)
+    _marks.clear()
+    if not marks or shutil.which("/usr/bin/docker") is None:
+        return
+    from rocmci.engine import Engine
+
+    engine = Engine("/usr/bin/docker")
+    for mark in marks:  # a test that failed may have left a run's container: never leave it on the engine
+        for cid in containers_of(engine, mark):
+            engine.cli("rm", "-f", cid, check=False)
 
 
 def marked(mark: str, *args: str) -> tuple[str, ...]:
@@ -354,6 +367,63 @@ def test_signal_to_rocmci_mid_run(engine, standin_image, fake_host, tmp_path, si
     assert one_rocmci_line(err, notes=True).startswith(f"rocmci: {line}")
     no_leftovers(engine, mark)
     assert old_or_new(tmp_path / "results") == "old"
+
+
+# The stress run of the SIGINT case: `SIGINT_REPEAT=50 pytest tests/integration/test_faults.py -k again`.
+SIGINT_REPEAT = int(os.environ.get("SIGINT_REPEAT", "3"))
+
+
+def interrupt(proc: subprocess.Popen, wait: float = 60) -> str:
+    """SIGINT, and rocmci's stderr once it exited. A run still alive after `wait` seconds gets SIGABRT, and
+    Python's faulthandler (PYTHONFAULTHANDLER=1 in its environment) prints where each thread was stuck."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=wait)[1]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        err = proc.communicate(timeout=30)[1]
+        pytest.fail(f"rocmci did not exit within {wait:.0f} s of SIGINT; its threads:\n{err[-8000:]}")
+
+
+@pytest.mark.parametrize("where", ["container", "host"])
+def test_sigint_mid_run_again_and_again(engine, standin_image, fake_host, tmp_path, where):
+    """The SIGINT case, SIGINT_REPEAT times in a row: it once hung now and then (a Ctrl-C landing inside
+    Thread.join made rocmci stop waiting for its workers' clean-up), leaving the container behind."""
+    from tests.functional import test_host_runs as host_runs
+
+    tree = host_runs.vllm_tree(tmp_path / "vllm", in_test_workaround=False) if where == "host" else None
+    for attempt in range(SIGINT_REPEAT):
+        folder = tmp_path / str(attempt)
+        write_old(folder / "results")
+        env, mark = user_env(PYTHONFAULTHANDLER="1", **run_env(standin_image, folder))
+        tag = uuid.uuid4().hex
+        args = moe(fake_host, "--mode", "high-throughput", "--env", f"STANDIN_TAG={tag}", mode="sleep")
+        if tree is not None:
+            args = (*args, "--no-container", "--workdir", str(tree))
+        try:
+            proc = start(*marked(mark, *args), env=env)
+            time.sleep(1)
+            if proc.poll() is not None:
+                pytest.fail(f"attempt {attempt + 1}: rocmci ended before the SIGINT: {proc.communicate()}")
+            if tree is None:
+                wait_for_container(engine, mark)
+            else:
+                deadline = time.monotonic() + 60
+                while len(host_runs.tagged_processes(tag)) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                if len(found := host_runs.tagged_processes(tag)) < 2:
+                    procs = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ") for pid in found]
+                    out, err = proc.communicate(timeout=60) if not proc.send_signal(signal.SIGINT) else ("", "")
+                    pytest.fail(f"attempt {attempt + 1}: the workload never started its worker: {procs}\n{out}\n{err}")
+                time.sleep(0.5)
+            err = interrupt(proc)
+            assert proc.returncode == 130, f"attempt {attempt + 1}: {err}"
+            assert one_rocmci_line(err, notes=True) == "rocmci: interrupted"
+            no_leftovers(engine, mark)
+            assert old_or_new(folder / "results") == "old"
+        finally:
+            for cid in containers_of(engine, mark):  # only after a failure: never leave a container behind
+                engine.cli("rm", "-f", cid, check=False)
 
 
 @pytest.fixture
