@@ -113,8 +113,23 @@ def vllm_fixtures() -> Path:
     return SHARED_VLLM
 
 
-def run_invoke(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float = 300):
-    """Run a task exactly as a user would, in a separate process."""
+def _address_space(limit: int):
+    def apply() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
+
+
+def run_invoke(
+    *args: str,
+    cwd: Path = REPO,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    address_space: int | None = None,
+):
+    """Run a task exactly as a user would, in a separate process; `address_space` bounds its memory (bytes)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCI_")}
     full_env.update(env or {})
     return subprocess.run(
@@ -125,4 +140,5 @@ def run_invoke(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None, 
         text=True,
         timeout=timeout,
         check=False,
+        preexec_fn=_address_space(address_space) if address_space else None,
     )

@@ -16,6 +16,7 @@ BAD = REPO / "tests" / "data" / "bad"
 CASES = yaml.safe_load((BAD / "cases.yaml").read_text())["cases"]
 PREVIOUS = "# the previous pipeline\nsteps: []\n"
 DIGITS = "9" * 5000  # past Python's 4,300-digit int() limit: what a number from outside must never reach
+GIB = 2**30
 BLANKS = " " * 100_000  # a run a backtracking pattern can split many ways
 
 
@@ -83,7 +84,9 @@ def test_bad_input(case, tmp_path):
         (cwd / "pyproject.toml").mkdir(parents=True)
     args = [fill(a, file, out, made) for a in case["run"]]
     env = {k: fill(v, file, out, made) for k, v in (case.get("env") or {}).items()}
-    done = run_invoke(*args, cwd=cwd, env=env, timeout=60)
+    # Issue 22: every pipeline.* command on any bad input stays within 1 GB of address space.
+    limit = GIB if args[0].startswith("pipeline.") else None
+    done = run_invoke(*args, cwd=cwd, env=env, timeout=60, address_space=limit)
 
     assert done.returncode == case["exit"], done.stdout[-2000:] + done.stderr[-2000:]
     assert "Traceback" not in done.stdout + done.stderr
