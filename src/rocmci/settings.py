@@ -134,7 +134,8 @@ def _convert_str(setting: Setting, raw: Any, where: str) -> str:
         raise _bad(setting, where, f"contains the control character {control.group()!r}", raw)
     if setting.choices is not None and raw not in setting.choices:
         close = difflib.get_close_matches(raw, setting.choices, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}?" if close else f"choose one of: {', '.join(repr(c) if not c else c for c in setting.choices)}"
+        shown = ", ".join(c if c else repr(c) for c in setting.choices)  # the empty choice as ''
+        hint = f"did you mean {close[0]!r}?" if close else f"choose one of: {shown}"
         raise _bad(setting, where, "is not one of the known values", raw, hint=hint)
     if setting.pattern is not None and not re.fullmatch(setting.pattern, raw):
         raise _bad(setting, where, _why_not_valid(raw, setting.pattern), raw, hint=setting.pattern_hint)
