@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -111,6 +112,17 @@ def vllm_fixtures() -> Path:
     if not SHARED_VLLM.is_dir():
         pytest.skip(f"real vLLM step files not found at {SHARED_VLLM} (../shared is laid beside the checkout in CI)")
     return SHARED_VLLM
+
+
+@pytest.fixture
+def vllm_docker_tree(vllm_fixtures, tmp_path) -> Path:
+    """A checkout holding vLLM's real docker/ folder and the few files its stages COPY (stand-in content)."""
+    shutil.copytree(vllm_fixtures / "docker", tmp_path / "docker")
+    (tmp_path / "setup.py").write_text("# stand-in\n")
+    for rel in ("requirements/rocm.txt", "requirements/common.txt", "csrc/a.cu"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    return tmp_path
 
 
 def _address_space(limit: int):

@@ -60,8 +60,8 @@ def vllm_tree(root: Path, *, in_test_workaround: bool) -> Path:
     return root
 
 
-@pytest.fixture
-def host(tmp_path) -> dict:
+def make_host(tmp_path: Path) -> dict:
+    """A fake four-GPU host, a copy of the stand-in vLLM tree, and the environment a host run gets."""
     if not SHARED_VLLM.is_dir():
         pytest.skip(f"vLLM fixtures not found at {SHARED_VLLM}")
     tag = uuid.uuid4().hex
@@ -77,6 +77,11 @@ def host(tmp_path) -> dict:
             "ROCMCI_RUN_TIMEOUT": "300",
         },
     }
+
+
+@pytest.fixture
+def host(tmp_path) -> dict:
+    return make_host(tmp_path)
 
 
 def args(host: dict, *extra: str, mode: str = "pass") -> list[str]:

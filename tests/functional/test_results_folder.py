@@ -15,22 +15,15 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, SHARED_VLLM
-from tests.functional.test_host_runs import args, fake_host, vllm_tree
+from tests.conftest import REPO
+from tests.functional.test_host_runs import args, make_host
 
 NAMED = "ROCMCI_RESULTS_DIR"
 
 
 @pytest.fixture
 def host(tmp_path):
-    if not SHARED_VLLM.is_dir():
-        pytest.skip(f"vLLM fixtures not found at {SHARED_VLLM}")
-    return {
-        "root": fake_host(tmp_path / "host"),
-        "tree": vllm_tree(tmp_path / "vllm", in_test_workaround=True),
-        "reports": tmp_path / "reports",
-        "tag": "results-folder",
-    }
+    return make_host(tmp_path)
 
 
 def run(host, results: str, *, preexec=None) -> subprocess.CompletedProcess:

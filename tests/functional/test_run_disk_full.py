@@ -12,24 +12,14 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
-import pytest
-
-from tests.conftest import REPO, SHARED_VLLM
-from tests.functional.test_host_runs import args, fake_host, tagged_processes, vllm_tree
+from tests.conftest import REPO
+from tests.functional.test_host_runs import args, make_host, tagged_processes
 from tests.integration.test_faults import small_disk  # noqa: F401 (a fixture: a 64 kB tmpfs)
 
 
 def test_a_disk_that_fills_during_the_run_is_one_line_and_stops_the_workload(small_disk, tmp_path):  # noqa: F811
-    if not SHARED_VLLM.is_dir():
-        pytest.skip(f"vLLM fixtures not found at {SHARED_VLLM}")
-    host = {
-        "root": fake_host(tmp_path / "host"),
-        "tree": vllm_tree(tmp_path / "vllm", in_test_workaround=True),
-        "reports": tmp_path / "reports",
-        "tag": uuid.uuid4().hex,
-    }
+    host = make_host(tmp_path)
     results = small_disk / "results"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCI_")}
     env.update({"ROCMCI_IMAGE": "unused", "ROCMCI_RESULTS_DIR": str(results), "ROCMCI_RUN_TIMEOUT": "300"})

@@ -7,7 +7,6 @@ build a one-line image on the real engine (marked docker) and look at what was b
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from pathlib import Path
 
@@ -82,13 +81,8 @@ def test_build_deepep_using_the_arg_outside_its_scope_is_a_finding(real):
 
 
 @pytest.fixture
-def tree(vllm_fixtures, tmp_path) -> Path:
-    shutil.copytree(vllm_fixtures / "docker", tmp_path / "docker")
-    (tmp_path / "setup.py").write_text("# stand-in\n")
-    for rel in ("requirements/rocm.txt", "requirements/common.txt", "csrc/a.cu"):
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(rel)
-    return tmp_path
+def tree(vllm_docker_tree) -> Path:
+    return vllm_docker_tree
 
 
 def test_force_reaches_every_planned_step(tree):

@@ -12,7 +12,6 @@ import json
 import os
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,8 @@ from rocmci.runs import outcomes
 from rocmci.runs import results as res
 from rocmci.runs import workarounds as wa
 from rocmci.runs import workloads as wl
-from tests.conftest import REPO, SHARED_VLLM, run_invoke
-from tests.functional.test_host_runs import _agent, args, fake_host, reports, vllm_tree
+from tests.conftest import REPO, run_invoke
+from tests.functional.test_host_runs import _agent, args, make_host, reports
 
 SECRET = "s3cr3t-canary-9d2f7b1e"
 REGISTRY = REPO / "src" / "rocmci" / "data" / "workarounds.yaml"
@@ -35,20 +34,7 @@ STANDIN_MODULE = "tests/kernels/moe/test_deepep_moe.py"
 @pytest.fixture
 def host(tmp_path) -> dict:
     """A fake four-GPU host and a copy of the stand-in vLLM tree, as tests/functional/test_host_runs.py has them."""
-    if not SHARED_VLLM.is_dir():
-        pytest.skip(f"vLLM fixtures not found at {SHARED_VLLM}")
-    return {
-        "root": fake_host(tmp_path / "host"),
-        "tree": vllm_tree(tmp_path / "vllm", in_test_workaround=True),
-        "reports": tmp_path / "reports",
-        "results": tmp_path / "results",
-        "tag": uuid.uuid4().hex,
-        "env": {
-            "ROCMCI_IMAGE": "unused",
-            "ROCMCI_RESULTS_DIR": str(tmp_path / "results"),
-            "ROCMCI_RUN_TIMEOUT": "300",
-        },
-    }
+    return make_host(tmp_path)
 
 
 def _append_to_standin(host: dict, code: str) -> None:

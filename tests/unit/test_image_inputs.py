@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,13 +28,8 @@ DIGEST = "sha256:" + "ab" * 32
 
 
 @pytest.fixture
-def tree(vllm_fixtures, tmp_path) -> Path:
-    shutil.copytree(vllm_fixtures / "docker", tmp_path / "docker")
-    (tmp_path / "setup.py").write_text("# stand-in\n")
-    for rel in ("requirements/rocm.txt", "requirements/common.txt", "csrc/a.cu"):
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(rel)
-    return tmp_path
+def tree(vllm_docker_tree) -> Path:
+    return vllm_docker_tree
 
 
 def upstream_hash(vllm_fixtures: Path, tree: Path, digest: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -20,13 +19,8 @@ HARD_CODED = 'export PYTORCH_ROCM_ARCH="gfx942;gfx950"'
 
 
 @pytest.fixture
-def tree(vllm_fixtures, tmp_path) -> Path:
-    shutil.copytree(vllm_fixtures / "docker", tmp_path / "docker")
-    (tmp_path / "setup.py").write_text("# stand-in\n")
-    for rel in ("requirements/rocm.txt", "requirements/common.txt", "csrc/a.cu"):
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(rel)
-    return tmp_path
+def tree(vllm_docker_tree) -> Path:
+    return vllm_docker_tree
 
 
 def request(tree: Path, **overrides) -> BuildRequest:
