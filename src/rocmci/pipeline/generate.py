@@ -40,6 +40,9 @@ class Problem(NamedTuple):
     key: str  # the step-file key whose text is at fault
     message: str
     rule: str = "template-escape"  # or "yaml-meaning": the value reaches the CI changed (scalars.py)
+    # A changed timeout or parallelism still runs the step's command on its GPUs: the real CI does not
+    # break on it, so it is a warning; a changed command, env value or agent tag is an error.
+    severity: str = "error"
 
 
 @dataclass
@@ -174,7 +177,7 @@ def test_step(
     timeout = requested if scalars.jinja_le(requested, amd.MAX_TIMEOUT) else amd.MAX_TIMEOUT
     if isinstance(requested, str):
         message = scalars.timeout_message(requested, timeout)
-        problems.append(Problem(step, "timeout_in_minutes", message, "yaml-meaning"))
+        problems.append(Problem(step, "timeout_in_minutes", message, "yaml-meaning", "warning"))
     label = _text(problems, step, "label", scalars.double_quoted, f"{pool}: {amd.rust_text(data.get('label'))}")
     out: dict[str, Any] = {
         "label": label,
@@ -220,7 +223,7 @@ def test_step(
         out["parallelism"] = _text(problems, step, "parallelism", scalars.plain, printed)
         if out["parallelism"] != data["parallelism"]:
             message = scalars.change_message("parallelism", printed, out["parallelism"])
-            problems.append(Problem(step, "parallelism", message, "yaml-meaning"))
+            problems.append(Problem(step, "parallelism", message, "yaml-meaning", "warning"))
     out["retry"] = shared.get("retry") or shared.setdefault("retry", amd.retry())
     return out
 

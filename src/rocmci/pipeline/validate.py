@@ -250,7 +250,7 @@ def validate_generated(source: SourceFile, generated: Generated, ctx: rules.Cont
     pipeline = Pipeline(generated.pipeline, steps, report_at, _source_commands(generated))
     findings = source.findings_for(generated.mirror_hw) + check(pipeline, ctx)
     findings += [
-        Finding.at(doc, ("steps", pr.step.index, *_problem_at(pr.step.data, pr.key)), pr.rule, ERROR, pr.message)
+        Finding.at(doc, ("steps", pr.step.index, *_problem_at(pr.step.data, pr.key)), pr.rule, pr.severity, pr.message)
         for pr in generated.problems
     ]
     # A secret is found in the step file and again where the template copies it: one finding per place,
