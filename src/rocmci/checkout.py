@@ -2,10 +2,11 @@
 RUN bodies) and the bake file's variables; the values `settings` takes from it.
 
 A shared leaf: settings, the hook, image/ and doctor read the checkout through here, and it imports no
-area. Finding a checkout (is_checkout) costs nothing; the `dockerfile` package (BuildKit's own parser,
-so a line continuation, a JSON-form COPY or an ONBUILD is understood the way the engine understands it)
-is imported only when a Dockerfile is parsed. Positions inside a multi-line instruction (a column in a
-RUN body) are taken from the raw text between the instruction's first and last line.
+area. Finding a checkout is vllm_layout's (re-exported here), which imports nothing; the `dockerfile`
+package (BuildKit's own parser, so a line continuation, a JSON-form COPY or an ONBUILD is understood the
+way the engine understands it) is imported only when a Dockerfile is parsed. Positions inside a
+multi-line instruction (a column in a RUN body) are taken from the raw text between the instruction's
+first and last line.
 """
 
 from __future__ import annotations
@@ -18,18 +19,8 @@ from pathlib import Path
 
 from rocmci.errors import InputError, UsageError
 from rocmci.files import read_text
+from rocmci.vllm_layout import BAKE_FILE, BASE_DOCKERFILE, CHECKOUT_MARKERS, DOCKERFILE, is_checkout  # noqa: F401
 
-DOCKERFILE = Path("docker/Dockerfile.rocm")
-BASE_DOCKERFILE = Path("docker/Dockerfile.rocm_base")  # the base tier (rocm/vllm-dev:base), refresh-base-image.sh
-# vLLM's CI runs its scripts from the checkout root, which holds both of these.
-CHECKOUT_MARKERS = (DOCKERFILE, Path("setup.py"))
-
-
-def is_checkout(folder: Path) -> bool:
-    return all((folder / marker).is_file() for marker in CHECKOUT_MARKERS)
-
-
-BAKE_FILE = Path("docker/docker-bake-rocm.hcl")
 MAX_FILE_BYTES = 4 * 2**20  # vLLM's Dockerfile.rocm and bake file are tens of KiB
 
 # The stages rocmci relies on, by the names vLLM gives them.

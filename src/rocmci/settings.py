@@ -6,7 +6,6 @@ Every resolved value remembers where it came from, so `invoke settings` can show
 
 from __future__ import annotations
 
-import difflib
 import errno
 import os
 import re
@@ -77,6 +76,7 @@ class Settings:
 
 def suggest(name: str, known: list[str] | None = None) -> str:
     choices = known if known is not None else list(BY_NAME)
+    import difflib  # only when a name is unknown: its import is a cost on every start
     close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}?" if close else "run `invoke settings` to list them"
 
@@ -133,6 +133,7 @@ def _convert_str(setting: Setting, raw: Any, where: str) -> str:
         # No setting is multi-line; a newline or NUL in a value that reaches a command line is an attack or a typo.
         raise _bad(setting, where, f"contains the control character {control.group()!r}", raw)
     if setting.choices is not None and raw not in setting.choices:
+        import difflib  # only when a name is unknown: its import is a cost on every start
         close = difflib.get_close_matches(raw, setting.choices, n=1, cutoff=0.6)
         shown = ", ".join(c if c else repr(c) for c in setting.choices)  # the empty choice as ''
         hint = f"did you mean {close[0]!r}?" if close else f"choose one of: {shown}"
@@ -172,7 +173,7 @@ def _flag_of(name: str) -> str:
 
 def find_checkout(start: Path | None = None) -> Path | None:
     """The vLLM checkout holding `start` (default: the current folder): it or the nearest folder above it."""
-    from rocmci.checkout import is_checkout
+    from rocmci.vllm_layout import is_checkout
 
     here = Path(os.path.realpath(start or Path.cwd()))
     return next((folder for folder in (here, *here.parents) if is_checkout(folder)), None)
@@ -301,7 +302,7 @@ NO_CHECKOUT = "pass --vllm-src PATH (a vLLM checkout), set ROCMCI_VLLM_SRC, or r
 
 def _vllm_checkout(given: Resolved, workspace: Path) -> Resolved:
     """The vLLM checkout: as given (checked), else the one holding the current folder, else '' (unset)."""
-    from rocmci.checkout import DOCKERFILE
+    from rocmci.vllm_layout import DOCKERFILE
 
     if given.value:
         shown = f"vllm_src {_short(given.value)} ({given.source})"
@@ -338,7 +339,7 @@ _STAT_PROBLEMS = {
 
 def _not_a_dockerfile(path: Path) -> str | None:
     """Why `path` cannot be the checkout's Dockerfile (None when it is a regular file); never raises."""
-    from rocmci.checkout import DOCKERFILE
+    from rocmci.vllm_layout import DOCKERFILE
 
     try:
         mode = os.stat(path).st_mode

@@ -7,7 +7,6 @@ same way wherever it comes from. No CLI library here.
 
 from __future__ import annotations
 
-import difflib
 import re
 import shlex
 from collections.abc import Sequence
@@ -75,6 +74,7 @@ def bounded_int(flag: str, text: str | int, low: int, high: int) -> int:
 def choice(flag: str, text: str, choices: Sequence[str]) -> str:
     if text in choices:
         return text
+    import difflib  # only when a name is unknown: its import is a cost on every start
     close = difflib.get_close_matches(text, choices, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}?" if close else f"choose one of: {', '.join(choices)}"
     raise UsageError(f"unknown {flag} {_shown(text)}", hint=hint)

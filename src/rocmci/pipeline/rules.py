@@ -5,7 +5,6 @@ Each takes the pipeline and the context and yields findings; none of them raises
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -160,6 +159,7 @@ def depends_on_resolves(p: Pipeline, ctx: Context) -> Iterator[Finding]:
     for step in p.steps:
         for path, dep in step.depends_on():
             if dep not in known:
+                import difflib  # only when a name is unknown: its import is a cost on every start
                 close = difflib.get_close_matches(dep, keys, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 yield p.report(path, "depends-on", ERROR, f"depends_on {dep!r} names no step in this pipeline{hint}")

@@ -7,7 +7,6 @@ name the real offending key instead of "is not valid under any of the given sche
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import json
 from collections.abc import Iterator
@@ -83,6 +82,7 @@ def diagnose_step(step: Any, path: tuple) -> Iterator[tuple[tuple, str]]:
     kind = name.removesuffix("Step")
     unknown = [k for k in step if k not in allowed]
     for key in unknown:
+        import difflib  # only when a name is unknown: its import is a cost on every start
         close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         yield (*path, key), f"{key!r} is not a {kind} step key{hint}"
