@@ -118,6 +118,8 @@ def bench(session: nox.Session) -> None:
 # `nox -s mutants -- [AREA/MODULE ...] [tests/PATH ...]`: the modules under src/rocmci it mutates (default: all
 # of [tool.mutmut] only_mutate) and the tests it runs against each mutant (default: tests/unit, tests/functional).
 _MUTANTS_CHILDREN = "2"  # sized for a 2-core machine; one module takes minutes, the whole list hours
+# Two runs at once (one module each) need their own scratch copies and share the cores:
+# MUTANTS_SCRATCH=/tmp/mut-a MUTANTS_CHILDREN=1 nox -R -s mutants -- image/retarget
 
 
 def _mutmut_table(text: str, modules: list[str], tests: list[str]) -> str:
@@ -138,7 +140,9 @@ def _mutmut_table(text: str, modules: list[str], tests: list[str]) -> str:
 def mutants(session: nox.Session) -> None:
     """Mutation testing (mutmut) of the modules that keep README's promises; `-- pipeline/bootstrap` for one."""
     import json
+    import os
     import subprocess
+    import tempfile
     import tomllib
     from pathlib import Path
 
@@ -153,10 +157,15 @@ def mutants(session: nox.Session) -> None:
         modules.append(path)
     _install(session, "test", "mutation")
     # A scratch copy: mutmut writes mutants/ beside the sources, and the tests find upstream's files at
-    # ../shared relative to the tests' repository root, which is mutants/ there.
-    scratch = Path(session.create_tmp()).resolve() / "mutation"
+    # ../shared relative to the tests' repository root, which is mutants/ there. At a short path, as a
+    # checkout usually is: test_terminal's doctor table shows paths below the checkout and must fit 80 columns.
+    scratch = Path(os.environ.get("MUTANTS_SCRATCH") or Path(tempfile.gettempdir()) / "rocmci-mut").resolve()
+    marker = scratch / ".rocmci-mutants"  # only a folder this session made is ever removed
+    if scratch.exists() and not marker.exists() and any(scratch.iterdir()):
+        session.error(f"{scratch} holds files of its own (not an earlier scratch copy): choose another MUTANTS_SCRATCH")
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
+    marker.touch()
     listed = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=repo, capture_output=True, check=True
     ).stdout.decode()
@@ -165,16 +174,34 @@ def mutants(session: nox.Session) -> None:
             (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(repo / rel, scratch / rel)
     (scratch / "shared").symlink_to((repo.parent / "shared").resolve())
+    # A git repository, as a checkout is (`--diff-base` and the plan tests ask git about it).
+    git = ["git", "-c", "user.name=mutants", "-c", "user.email=mutants@localhost", "-c", "commit.gpgsign=false"]
+    for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "scratch copy for mutation testing"]):
+        subprocess.run([*git, *step], cwd=scratch, check=True)
     pyproject = scratch / "pyproject.toml"
     pyproject.write_text(_mutmut_table(pyproject.read_text(), modules or known, tests))
     session.chdir(scratch)
-    # Only in-process calls see a mutant: a child process (a test starting `rocmci`) imports the installed
-    # code, because mutmut's switch in the mutated code reads its config from the mutants/ folder, where
-    # such a child (run in another folder) would not find it.
-    session.run("mutmut", "run", "--max-children", _MUTANTS_CHILDREN, success_codes=[0, 1])
+    # The tests' child processes (`rocmci`, `invoke`, `rocmci-validate`) would import the editable install,
+    # the unmutated src/: the mutated copy first on PYTHONPATH makes them run the mutant the test runs
+    # (they inherit MUTANT_UNDER_TEST), and tests/mutation (sitecustomize.py, and the pytest plugin
+    # mutation_relay that [tool.mutmut] loads) relays the functions they reach in the stats phase to the
+    # test that started them, so such tests are run against those functions' mutants.
+    pythonpath = [str(scratch / "mutants" / "src"), str(scratch / "tests" / "mutation")]
+    # Made before mutmut starts: Python caches a path entry that does not exist yet as "nothing here" for
+    # the life of the process, and mutmut's own process (whose forks run the in-process tests) would then
+    # import the installed, unmutated rocmci although mutmut fills that folder a moment later.
+    (scratch / "mutants" / "src").mkdir(parents=True)
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [*pythonpath, os.environ.get("PYTHONPATH")]))}
+    # The tests' temporary files where a plain `pytest` puts them: nox's TMPDIR (.nox/mutants/tmp) lies
+    # inside the checkout, so a test's tmp_path would find this repository's pyproject.toml as its workspace.
+    env["TMPDIR"] = tempfile.gettempdir()
+    children = os.environ.get("MUTANTS_CHILDREN", _MUTANTS_CHILDREN)
+    if not children.isdigit() or not 1 <= int(children) <= 16:
+        session.error(f"MUTANTS_CHILDREN={children!r}: give a number of worker processes from 1 to 16")
+    session.run("mutmut", "run", "--max-children", children, success_codes=[0, 1], env=env)
     session.run("mutmut", "export-cicd-stats")
     stats = json.loads((scratch / "mutants" / "mutmut-cicd-stats.json").read_text())
-    # A mutant no test reaches in-process ("no_tests") counts as not killed: it is a promise nothing guards.
+    # A mutant no test reaches, in-process or in a child ("no_tests"), counts as not killed: nothing guards it.
     killed = stats["killed"] + stats["timeout"] + stats["segfault"]
     judged = killed + stats["survived"] + stats["no_tests"] + stats["suspicious"]
     if not judged:

@@ -103,8 +103,7 @@ def deepep_arch_source(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]
                     fix,
                 )
             ]
-        line, col = env
-        value = df.lines[line - 1].split("PYTORCH_ROCM_ARCH=", 1)[-1].strip()
+        line, col, value = env
     if not _USES_ARCH_ARG.search(value):
         ros = next((r for r in (df.stage(vd.ROCSHMEM_STAGE) or stage).runs() if "GPU_TARGETS" in r.original), None)
         where = f" (line {df.find(ros, '-DGPU_TARGETS=')[0]})" if ros else ""
@@ -128,11 +127,16 @@ def deepep_arch_source(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]
     return []
 
 
-def _nearest_env(df: vd.VllmDockerfile, stage: vd.Stage, name: str) -> tuple[int, int] | None:
+def _nearest_env(df: vd.VllmDockerfile, stage: vd.Stage, name: str) -> tuple[int, int, str] | None:
+    """Where the ENV that sets `name` last in the stage or a stage it is built FROM (nearest first) is, and the
+    value it sets: that one value unquoted, not the rest of its line (`ENV A=x OTHER=1` sets x)."""
+    whole = re.compile(rf"\b{name}(?=[=\s])")  # not OLD_{name}=, another variable on the same line
     for s in df.ancestors(stage):
         for ins in reversed(s.instructions):
-            if ins.cmd == "ENV" and re.search(rf"\b{name}=", ins.original):
-                return df.find(ins, f"{name}=")
+            # ENV's words are name, value pairs (either form, `A=x` or `A x`); a later pair wins, as in Docker.
+            pairs = dict(zip(ins.value[::2], ins.value[1::2], strict=False)) if ins.cmd == "ENV" else {}
+            if name in pairs:
+                return (*df.find(ins, whole), _unquote(pairs[name]))
     return None
 
 

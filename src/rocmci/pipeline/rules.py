@@ -44,16 +44,6 @@ UPLOAD_TIME_VARS = frozenset(
     }
 )
 DEEPEP_MARKERS = ("deepep_high_throughput", "deepep_low_latency", "test_deepep_moe", "deep_ep")
-# vLLM's AMD queue names: amd_<family>_<GPUs per agent>, e.g. amd_mi300_4; newer pools add a suffix (mi355_dpx).
-_POOL_NAME = re.compile(r"amd_(mi\d+)(?:_(\d+))?(?:_[a-z0-9]+)?")
-_FAMILY_ARCH = {
-    "mi210": "gfx90a",
-    "mi250": "gfx90a",
-    "mi300": "gfx942",
-    "mi325": "gfx942",
-    "mi350": "gfx950",
-    "mi355": "gfx950",
-}
 # ASCII digits only, read by values.parse_int: 5,000 digits are a finding, not int()'s ValueError.
 _TP = re.compile(r"(?:^|\s)(-tp|--tensor-parallel-size)(?:=|\s+)([0-9]+)")
 _DP = re.compile(r"(?:^|\s)(-dp|--data-parallel-size)(?:=|\s+)([0-9]+)")
@@ -199,18 +189,6 @@ def dependency_cycles(p: Pipeline, ctx: Context) -> Iterator[Finding]:
             else:
                 state[node] = 2
                 trail.pop()
-
-
-def _pool_shape(queue: str) -> tuple[str | None, int | None]:
-    """(arch, GPUs per agent) read from a queue name such as amd_mi300_4; (None, None) when it says neither."""
-    match = _POOL_NAME.fullmatch(queue)
-    if not match:
-        return None, None
-    try:
-        gpus = parse_int(match.group(2), "GPUs") if match.group(2) else None
-    except UsageError:  # amd_mi300_<5,000 digits>: no pool has that shape
-        gpus = None
-    return _FAMILY_ARCH.get(match.group(1)), gpus
 
 
 _WELL_FORMED_POOL = re.compile(r"mi[1-9]\d{2}(?:_(\d+))?(?:_[a-z0-9]+)?")
