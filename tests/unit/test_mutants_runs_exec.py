@@ -27,34 +27,14 @@ from rocmci.runs import execute as runs
 from rocmci.runs import results as res
 from rocmci.runs import workloads as wl
 from rocmci.runs.types import PlannedRun, Prepared
-from tests.unit.test_gpus import make_node
+from tests.functional.test_host_runs import fake_host
+from tests.unit.test_runs import options
 
 PY = sys.executable
 ONE_GPU_POD = (
     "VLLM_CI_EXPECTED_GPU_COUNT=1: this pod has 1 GPU, the run needs 2. give the step num_gpus for what the run needs"
 )
 SECRET = "s3cr3t-canary-77c1a0e4"
-
-
-def fake_host(root: Path, gpus: int = 4, render: bool = True) -> Path:
-    nodes = root / "sys/class/kfd/kfd/topology/nodes"
-    make_node(nodes, 0, 0)
-    for i in range(gpus):
-        make_node(nodes, i + 1, 90402, render=128 + i)
-    (root / "dev/dri").mkdir(parents=True)
-    (root / "dev/kfd").write_text("")
-    if render:
-        for i in range(gpus):
-            (root / f"dev/dri/renderD{128 + i}").write_text("")
-    return root
-
-
-def options(root: Path, **kw) -> runs.RunOptions:
-    base = dict(
-        image="img:1", results_dir=root / "results", timeout=60.0, network=None, shm_size="16g", memory=None,
-        hf_cache=str(root / "hf"), workdir="/vllm-workspace", host_root=root,
-    )  # fmt: skip
-    return runs.RunOptions(**{**base, **kw})
 
 
 def workload(
