@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rocmci.errors import InputError, UsageError
 from rocmci.files import read_text
+from rocmci.fixes import dockerfile_lines
 from rocmci.vllm_layout import BAKE_FILE, BASE_DOCKERFILE, CHECKOUT_MARKERS, DOCKERFILE, is_checkout  # noqa: F401
 
 MAX_FILE_BYTES = 4 * 2**20  # vLLM's Dockerfile.rocm and bake file are tens of KiB
@@ -239,7 +240,7 @@ def parse(text: str, *, path: Path, display: str) -> VllmDockerfile:
             stages[-1].instructions.append(ins)
         elif ins.cmd == "ARG":
             global_args.extend(_arg_decls(ins, None))
-    return VllmDockerfile(path, display, text.splitlines(), global_args, stages)
+    return VllmDockerfile(path, display, dockerfile_lines(text), global_args, stages)
 
 
 def load(checkout: Path, rel: Path = DOCKERFILE) -> VllmDockerfile:
@@ -325,7 +326,7 @@ def bake_variable(checkout: Path, name: str) -> tuple[str, int] | None:
     if not os.path.lexists(path):
         return None
     # Present but unreadable (a FIFO, a folder, not UTF-8) is one line naming it, not a silent "absent".
-    lines = _read(path).splitlines()
+    lines = dockerfile_lines(_read(path))  # HCL, like a Dockerfile, breaks lines at line feeds only
     opening = re.compile(rf'^\s*variable\s+"{re.escape(name)}"\s*\{{')
     default = re.compile(r'^\s*default\s*=\s*"([^"\\$]*)"\s*$')
     for number, text in enumerate(lines, start=1):

@@ -25,9 +25,19 @@ def names_fix(line: str, fix: str) -> bool:
     return False
 
 
+def dockerfile_lines(text: str) -> list[str]:
+    """A Dockerfile's lines as BuildKit numbers them: only a line feed ends a line (a "\\r" before it is
+    dropped). str.splitlines also breaks at a form feed, U+0085, U+2028 and more, which BuildKit reads as
+    text: with one of them in a comment, every line after it would be counted one too far."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def dockerfile_names_fix(text: str, fix: str) -> int | None:
     """The line of the first instruction that names `fix`; comment lines and shell comments do not count."""
-    for number, raw in enumerate(text.splitlines(), 1):
+    for number, raw in enumerate(dockerfile_lines(text), 1):
         line = raw.lstrip()
         if not line or line.startswith("#"):
             continue
