@@ -970,3 +970,17 @@ def test_the_shards_of_one_mode_are_merged_into_one_result_and_one_junit(tmp_pat
     (result,) = runs.execute(prepared, opts, None, (), lambda _: None)
     assert (result.workload, result.outcome, result.junit.tests) == ("moe-tests g (2 shards)", res.Outcome.PASSED, 2)
     assert prepared.files[-1] == results_dir / "junit-moe-g.xml" and prepared.files[-1].is_file()
+
+
+def test_run_container_with_no_client_at_all_is_the_engines_error(tmp_path, monkeypatch):
+    """No docker on PATH and no Debian client: the engine's typed error with its install hint, before anything
+    starts (not an exit-127 result naming a client that does not exist)."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr("rocmci.engine.DEBIAN_CLIENT", str(tmp_path / "no-docker"))
+    spec = ctr.ContainerSpec(image="img", argv=(), workdir="/", name="rocmci-t-noclient")
+    with pytest.raises(EngineError) as raised:
+        ctr.run_container(spec, Engine("auto"), timeout=10, on_line=lambda _: None)
+    assert (raised.value.message, raised.value.hint) == (
+        "no docker client found",
+        "install Debian's docker.io (apt-get install docker.io)",
+    )

@@ -163,9 +163,11 @@ def run_container(
     """Run to completion; `env` is the docker client's environment (where pass-by-name values come from)."""
     oom = False
     started = time.time()
+    # No client at all is the engine's typed error (with its install hint), raised before anything starts.
+    client = engine.client
     try:
         done = process.stream(
-            run_argv(spec, engine.client), on_line, env=env, timeout=timeout,
+            run_argv(spec, client), on_line, env=env, timeout=timeout,
             stop=lambda: remove(engine, spec.name), running=running,
         )  # fmt: skip
         if not done.timed_out:
@@ -173,7 +175,7 @@ def run_container(
     except (OSError, EngineError) as exc:
         # The client is missing, not executable or not a file: nothing ran, and that is what the result says.
         why = exc.strerror if isinstance(exc, OSError) else exc.message
-        return RunResult(127, False, 0.0, started, f"docker client {engine.client!r} could not be started: {why}")
+        return RunResult(127, False, 0.0, started, f"docker client {client!r} could not be started: {why}")
     finally:
         remove(engine, spec.name)  # Ctrl-C, timeout or normal end: never leave it behind
     infra = None
