@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,10 +60,14 @@ def check_root(root: str | os.PathLike, what: str = "--host-root") -> Path:
     if "\0" in text:
         raise UsageError(f"{what} {text[:60]!r} contains a NUL character")
     try:
-        os.stat(text)
+        found = os.stat(text)
     except OSError as exc:
         if exc.errno != errno.ENOENT:  # a missing root reads as a host without GPUs
             raise UsageError(f"{what} {text[:60]!r}: {exc.strerror}", hint="give a folder") from None
+    else:
+        # Said here, naming the flag: below a file, every path the host checks read would fail on its own.
+        if not stat.S_ISDIR(found.st_mode):
+            raise UsageError(f"{what} {text[:60]!r} is not a folder", hint="give a folder")
     return Path(text)
 
 

@@ -77,11 +77,12 @@ def doctor(v) -> int:
     from rocmci import doctor as doc
     from rocmci.engine import Engine
     from rocmci.errors import UsageError
+    from rocmci.gpus import check_root
     from rocmci.image.service import configured_image
     from rocmci.report import lines as report_lines
 
     s = settingsmod.resolve(flags={"vllm_src": v.vllm_src})
-    root = Path(v.host_root)
+    root = check_root(v.host_root)
     try:
         image_ref = configured_image(s)
     except UsageError:

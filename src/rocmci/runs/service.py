@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from rocmci import settings as settingsmod
+from rocmci.gpus import check_root
 from rocmci.report import to_json
 from rocmci.runs.workloads import WORKSPACE
 
@@ -57,7 +58,7 @@ def run_options(v, s, native: bool = False):
         memory=s.run_memory or None,
         hf_cache=s.hf_cache,
         workdir=v.workdir or default_workdir,
-        host_root=Path(v.host_root),
+        host_root=check_root(v.host_root),
         gpus=v.gpus,
         skip_preflight=v.skip_preflight,
         no_container=v.no_container,
