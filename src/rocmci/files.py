@@ -210,8 +210,6 @@ def prepare_folder(path: str | os.PathLike, what: str) -> Path:
         raise _error("is a file, not a folder", name, what, hint="remove it or name another folder") from None
     except OSError as exc:
         raise _error(f"cannot make the folder: {exc.strerror}", name, what) from None
-    if not os.path.isdir(text):  # pragma: no cover - makedirs(exist_ok) raises for anything else
-        raise _error("is not a folder", name, what)
     try:
         fd, probe = tempfile.mkstemp(prefix=".rocmci-probe.", suffix=".tmp", dir=text)
     except OSError as exc:
@@ -291,7 +289,7 @@ def write_atomic(
     """
     target = write_target(path, what)
     refuse_inputs(target, inputs or {}, what)
-    folder = target.parent if str(target.parent) else Path(".")
+    folder = target.parent  # never empty: Path("out.yaml").parent is Path(".")
     try:
         mode = stat.S_IMODE(os.stat(target).st_mode)
     except OSError:
