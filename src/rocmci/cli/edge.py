@@ -57,6 +57,16 @@ class RocmciTask(Task):
         kwargs.setdefault("iterable", [n for n in names if n in flags.REPEATABLE])
         super().__init__(body, help=table, auto_shortflags=False, **kwargs)
 
+    def get_arguments(self, *args: Any, **kwargs: Any) -> list[Any]:
+        # invoke's arg_opts pops each flag's help out of self.help: without a copy, a second parse in one
+        # process (main() called again, as the in-process tests do) shows every flag without its help.
+        table = self.help
+        self.help = dict(table)
+        try:
+            return super().get_arguments(*args, **kwargs)
+        finally:
+            self.help = table
+
     def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
         opts = super().arg_opts(name, default, taken_names)
         short = flags.SHORT.get(name)

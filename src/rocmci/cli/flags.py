@@ -215,10 +215,6 @@ class Values:
     def __init__(self, data: Mapping[str, Any]) -> None:
         self.__dict__.update(data)
 
-    def settings_flags(self, *names: str) -> dict[str, Any]:
-        """{setting name: value} for settings given as flags (None when not given), for settings.resolve."""
-        return {FLAGS[n].setting: getattr(self, n) for n in names}
-
     def __repr__(self) -> str:
         return f"Values({self.__dict__!r})"
 

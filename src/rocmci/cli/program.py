@@ -52,7 +52,7 @@ def _program_class():
             return [
                 Argument(names=("help", "h"), optional=True, help="this help, or a task's flags (rocmci TASK -h)"),
                 Argument(names=("list", "l"), optional=True, help="the tasks, one line each"),
-                Argument(names=("version", "V"), kind=bool, default=False, help="rocmci's version"),
+                Argument(names=("version", "V"), kind=bool, help="rocmci's version"),  # not given: None
             ]
 
         # --- parsing: invoke's steps, without the core options rocmci does not have
@@ -139,7 +139,7 @@ def _program_class():
             return Exit(message, code=USAGE_EXIT)
         needs = re.match(r"Flag <Argument: ([\w-]+)(?: \(\w+\))?> needed value", text)
         if needs:
-            flag = needs.group(1)
+            flag = needs.group(1).replace("_", "-")  # invoke shows the Python name: exit_code is --exit-code
             task = getattr(exc.context, "name", None)
             where = f"rocmci {task} --help" if task else "rocmci --help"
             dashes = "-" if len(flag) == 1 else "--"
@@ -150,19 +150,16 @@ def _program_class():
         name = getattr(context, "name", None)
         known = [n for n in (context.flags if context is not None else {}) if n.startswith("--")]
         known += ["--help"]
-        close = difflib.get_close_matches(token.split("=", 1)[0], known, n=1, cutoff=0.6)
+        # invoke has already cut a `=value` off the token; the best match (difflib's default cutoff) comes first.
+        close = difflib.get_close_matches(token, known)
         where = f"rocmci {name}" if name else "rocmci"
         hint = f"did you mean {close[0]}?" if close else f"see `{where} --help`"
         return f"rocmci: unknown flag {token} for {where}; {hint}"
 
     def unknown_task(token: str, contexts) -> str:
-        close = difflib.get_close_matches(token, list(contexts), n=1, cutoff=0.6)
+        close = difflib.get_close_matches(token, list(contexts))
         hint = f"did you mean {close[0]}?" if close else "see `rocmci --list`"
         return f"rocmci: unknown task {token!r}; {hint}"
-
-    def python_name(arg: Argument) -> str:
-        name = (arg.attr_name or arg.name).replace("-", "_")
-        return name if name in flags.FLAGS or name + "_" not in flags.FLAGS else name + "_"
 
     def option_spec(arg: Argument) -> str:
         """'-t, --tag IMAGE', '--json', '-h, --help [TASK]': names and the value's placeholder."""
@@ -172,10 +169,10 @@ def _program_class():
             return spec + (" [TASK]" if arg.name == "help" else "")
         if arg.kind is bool:
             return spec
-        return f"{spec} {flags.placeholder(python_name(arg))}"
+        return f"{spec} {flags.placeholder(arg.name)}"  # invoke's Argument.name is the Python name: for_, dry_run
 
     def sort_key(arg: Argument) -> str:
-        return arg.name.lstrip("-")
+        return arg.name  # the Python name (for_, dry_run): never a leading dash to strip
 
     def task_rows(collection) -> list[tuple[str, str]]:
         rows = []
@@ -184,6 +181,8 @@ def _program_class():
             rows.append((name, doc.split("\n\n")[0].replace("\n", " ")))
         return rows
 
+    # invoke reads name and binary only in the help, version and completion output replaced above (their
+    # mutants survive as equivalent): kept so that any message of a later invoke says "rocmci", not argv[0].
     program = RocmciProgram(name="rocmci", binary="rocmci", namespace=_namespace())
     return program, Exit
 
@@ -199,11 +198,11 @@ def _say(text: str) -> None:
     try:
         from rocmci.report import error_line
 
-        text = error_line(text, stream=sys.stderr)
+        text = error_line(text)  # fitted to sys.stderr, error_line's default
     except Exception:  # noqa: BLE001 - the message must reach the user even if the renderer cannot load
         pass
     try:
-        print(text, file=sys.stderr, flush=True)
+        print(text, file=sys.stderr)  # stderr is line-buffered (Python 3.9+): the line is out now
     except (OSError, ValueError):
         pass  # stderr is gone too: the exit code is all that is left
 
@@ -238,6 +237,17 @@ class _GuardedStdout:
         return getattr(self._stream, name)
 
 
+class _ClosedStdout:
+    """sys.stdout when rocmci started without one (`rocmci ... >&-`, Python then sets it to None): each write
+    fails as on a full disk, instead of an AttributeError traceback, or output silently lost."""
+
+    def write(self, text: str) -> int:
+        raise StdoutFault("Bad file descriptor")
+
+    def flush(self) -> None:
+        pass  # nothing was ever buffered
+
+
 def _harden_streams() -> None:
     """Text the output's encoding cannot carry is replaced (PYTHONIOENCODING=ascii, a C locale), not a crash."""
     for stream, errors in ((sys.stdout, "replace"), (sys.stderr, "backslashreplace")):
@@ -245,7 +255,9 @@ def _harden_streams() -> None:
             stream.reconfigure(errors=errors)
         except (AttributeError, ValueError, OSError):
             pass
-    if sys.stdout is not None and not isinstance(sys.stdout, _GuardedStdout):
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()
+    elif not isinstance(sys.stdout, _GuardedStdout | _ClosedStdout):
         sys.stdout = _GuardedStdout(sys.stdout)
 
 
@@ -294,9 +306,6 @@ def main(argv: list[str] | None = None) -> None:
         code = _execute(argv)
     except KeyboardInterrupt as exc:  # Terminated (SIGTERM) is one too, with its own code
         code = _interrupted(getattr(exc, "exit_code", INTERRUPTED_EXIT))
-    except BrokenPipeError:
-        _quiet_stdout()
-        code = 0
     try:
         flushed = _flush_stdout()
     except KeyboardInterrupt:
