@@ -193,7 +193,8 @@ def test_step(
                 name = _received(problems, step, "agent_tags", scalars.plain_key, amd.rust_text(key), "agent tag")
                 out["agents"][name] = _text(problems, step, "agent_tags", scalars.double_quoted, amd.rust_text(value))
     if native:
-        gpus = amd.rust_text(amd.gpu_count(data))
+        # Keyed apart from "retry": a num_gpus written as the text "retry" once got the retry rules as its pod.
+        gpus = ("plugins", amd.rust_text(amd.gpu_count(data)))
         out["plugins"] = shared.get(gpus) or shared.setdefault(gpus, amd.native_plugin(data))
     joined = data.get("command") or " && ".join(amd.rust_item(c) for c in _iterated(data.get("commands")))
     joined = amd.rust_text(joined)
