@@ -31,7 +31,6 @@ DEBUG_AGENT_SETUP = (
 RESULTS_ROOT = "/home/buildkite-agent/huggingface/amd-ci-results"
 ARTIFACT_GLOB = "artifacts/vllm-rocm-install/vllm-rocm-install.tar.gz"
 DIAGNOSTICS_DIR = "artifacts/amd-gpu-diagnostics"
-_NEEDS_PARSE = frozenset("\\\n")
 _BUILD_ENV = {"DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "tty", "TERM": "xterm-256color"}
 
 
@@ -268,6 +267,6 @@ def runner_env(data: dict[str, Any], timeout: int, joined: str, ci_image: str) -
 def test_commands(command: str, workdir: str) -> str:
     """The VLLM_TEST_COMMANDS value: rocm-smi, the debug-agent line, cd, then the step's commands."""
     prefix = f"(command rocm-smi || true) && {DEBUG_AGENT_SETUP} && cd {workdir} && "
-    if not _NEEDS_PARSE & set(command) and not _NEEDS_PARSE & set(workdir) and '"' not in workdir:
+    if scalars.reads_as_written(command) and scalars.reads_as_written(workdir) and '"' not in workdir:
         return prefix + command  # the quotes the template escapes unescape back to themselves
     return scalars.double_quoted(prefix + command.replace('"', '\\"'))

@@ -269,9 +269,16 @@ def _fold_like_sed(text: str) -> str:
     return "\n".join([lines[0], *(line for line in lines[1:] if line.strip())])
 
 
+def reads_as_written(text: str) -> bool:
+    """Whether a double-quoted YAML value holding `text` is `text` itself: printable ASCII with nothing to
+    unescape. A carriage return or U+0085 is a line break there (folded into a space), a control character
+    is refused: those take the parser's path (two C-speed scans here, for the hundreds of plain commands)."""
+    return text.isascii() and text.isprintable() and "\\" not in text
+
+
 def double_quoted(body: str) -> str:
     """The value of `"<body>"` as the template writes it (body pasted verbatim between the quotes)."""
-    if "\\" not in body and '"' not in body and "\n" not in body:
+    if reads_as_written(body) and '"' not in body:
         return body
     if _UNESCAPED_QUOTE.search(body):
         raise TemplateBreak("contains a double quote that the template does not escape: the YAML would break")
@@ -280,7 +287,7 @@ def double_quoted(body: str) -> str:
 
 def command_text(command: str) -> str:
     """`command | replace('"', '\\"')`: the template escapes quotes only, so backslashes are unescaped once."""
-    if "\\" not in command and "\n" not in command:
+    if reads_as_written(command):
         return command  # the escaped quotes unescape back to themselves
     return double_quoted(command.replace('"', '\\"'))
 
