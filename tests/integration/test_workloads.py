@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.conftest import REPO, run_invoke
 from tests.integration.helpers import CANARY, leftovers, moe, results_of, run_env
 from tests.unit.test_gpus import make_node
@@ -130,14 +132,27 @@ def test_ctrl_c_removes_the_container(engine, standin_image, fake_host, workdir)
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
-    while not leftovers(engine) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert leftovers(engine), "the workload container never started"
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "rocmci: interrupted" in err
-    assert leftovers(engine) == []
+    try:
+        deadline = time.monotonic() + 120
+        while not leftovers(engine) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not leftovers(engine):
+            proc.kill()
+            out, err = proc.communicate(timeout=60)
+            pytest.fail(
+                f"the workload container never started (rocmci exit {proc.returncode}):\n{out[-2000:]}\n{err[-2000:]}"
+            )
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130 and "rocmci: interrupted" in err
+        assert leftovers(engine) == []
+    finally:
+        # Only after a failure: the run is stopped and its container removed, so no later test inherits them.
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=60)
+        for name in leftovers(engine):
+            engine.remove_container(name)
 
 
 def test_shards_run_at_once_on_disjoint_gpus(engine, standin_image, fake_host, workdir):
