@@ -173,7 +173,7 @@ def test_a_command_ending_in_a_backslash_breaks_vllm_test_commands_and_is_an_err
     """VLLM_TEST_COMMANDS is written between double quotes with only `"` escaped: a trailing backslash escapes
     the closing quote, ci-infra's real render is unreadable, and rocmci reports it on `commands` and writes
     the step with no runner environment but its origin (never a half-made one)."""
-    text = 'steps:\n- label: S\n  mirror_hardwares: [amdproduction]\n  agent_pool: mi300_1\n'
+    text = "steps:\n- label: S\n  mirror_hardwares: [amdproduction]\n  agent_pool: mi300_1\n"
     text += '  commands: ["echo x\\\\"]\n'
     inputs = bootstrap.TemplateInputs(run_all="1")
     with pytest.raises(InputError, match="found unexpected end of stream"):
@@ -206,6 +206,14 @@ def test_a_parallelism_that_breaks_its_plain_value_is_an_error_on_parallelism(tm
     assert result.steps[3]["parallelism"] == "2: 3"
 
 
+def ci_infra_and_rocmci(step_file, inputs) -> tuple[list, list]:
+    """The steps of ci-infra's real render of `step_file` and of rocmci's generated YAML, both read back."""
+    reference = citemplate.parse_pipeline(citemplate.render_ci_infra(TEMPLATE, step_file, inputs), "ci-infra")
+    src = source.load_source(step_file, step_file.name)
+    pipeline = generate.generate(src, generate.Options(inputs=inputs, origin_env=False)).pipeline
+    return reference, citemplate.parse_pipeline(service.render(pipeline, "yaml", step_file.name), "rocmci")
+
+
 @pytest.mark.parametrize("odd_first", [True, False])
 def test_a_num_gpus_written_as_retry_gets_its_pod_and_the_retry_rules_as_ci_infra_renders_them(tmp_path, odd_first):
     """Generated steps share one pod patch per GPU count and one retry rule set: a native step whose num_gpus
@@ -219,10 +227,7 @@ def test_a_num_gpus_written_as_retry_gets_its_pod_and_the_retry_rules_as_ci_infr
     text = "steps:\n" + "".join(reversed(steps) if odd_first else steps)
     step_file = _step_file(tmp_path, text)
     inputs = bootstrap.TemplateInputs(run_all="1")
-    reference = citemplate.parse_pipeline(citemplate.render_ci_infra(TEMPLATE, step_file, inputs), "ci-infra")
-    src = source.load_source(step_file, step_file.name)
-    pipeline = generate.generate(src, generate.Options(inputs=inputs, origin_env=False)).pipeline
-    ours = citemplate.parse_pipeline(service.render(pipeline, "yaml", step_file.name), "rocmci")
+    reference, ours = ci_infra_and_rocmci(step_file, inputs)
     comparison = conformance.compare(reference, ours)
     assert not comparison.differences, comparison.summary(examples=5)
     assert comparison.our_steps == 6  # the group, its three image steps, the two test steps

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from rocmci.pipeline import bootstrap, citemplate, conformance, generate, scalars, service, source
-from tests.conftest import REPO
-
-TEMPLATE = REPO.parent / "shared" / "fixtures" / "ci-infra" / "buildkite" / "test-template-amd.j2"
+from rocmci.pipeline import bootstrap, conformance, scalars
+from tests.unit.test_mutants_gen import ci_infra_and_rocmci
 
 
 def _yaml_double_quoted(text: str) -> str:
@@ -36,10 +34,7 @@ def test_a_line_break_in_a_command_or_label_is_generated_as_ci_infra_renders_it(
         f"  commands:\n  - {_yaml_double_quoted(command)}\n"
     )
     inputs = bootstrap.TemplateInputs(run_all="1")
-    reference = citemplate.parse_pipeline(citemplate.render_ci_infra(TEMPLATE, step_file, inputs), "ci-infra")
-    src = source.load_source(step_file, step_file.name)
-    pipeline = generate.generate(src, generate.Options(inputs=inputs, origin_env=False)).pipeline
-    ours = citemplate.parse_pipeline(service.render(pipeline, "yaml", step_file.name), "rocmci")
+    reference, ours = ci_infra_and_rocmci(step_file, inputs)
     comparison = conformance.compare(reference, ours)
     assert not comparison.differences, comparison.summary(examples=5)
     step = next(s for _, s in conformance.flatten_steps(ours) if "VLLM_TEST_COMMANDS" in (s.get("env") or {}))
