@@ -53,3 +53,18 @@ def test_a_syntax_directive_after_a_crlf_line_is_still_read():
     df = vd.parse("# syntax=docker/dockerfile:1.7\r\nFROM base\r\nRUN true\r\n", path=None, display="Dockerfile")
     assert [(u.feature, u.line) for u in uses(df)] == [("# syntax=docker/dockerfile:1.7", 1)]
     assert df.lines == ["# syntax=docker/dockerfile:1.7", "FROM base", "RUN true"]
+
+
+@pytest.mark.parametrize("char", NOT_LINE_BREAKS, ids=[f"U+{ord(c):04X}" for c in NOT_LINE_BREAKS])
+def test_every_instruction_sits_on_the_line_buildkits_parser_gives_it(vllm_fixtures, char):
+    """Differential, against BuildKit's own parser (the `dockerfile` package) on vLLM's real Dockerfile.rocm with
+    the odd character put into every comment line: each instruction's first line is where BuildKit says."""
+    import dockerfile
+
+    text = (vllm_fixtures / "docker" / "Dockerfile.rocm").read_text()
+    odd = "".join(line + (f" {char}x" if line.startswith("#") else "") + "\n" for line in text.split("\n")[:-1])
+    lines = fixes.dockerfile_lines(odd)
+    instructions = dockerfile.parse_string(odd)
+    assert len(instructions) > 50
+    for ins in instructions:
+        assert lines[ins.start_line - 1].lstrip().upper().startswith(ins.cmd.upper()), (ins.start_line, ins.cmd)
