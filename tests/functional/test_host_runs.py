@@ -7,6 +7,7 @@ it spawned saw into STANDIN_REPORT_DIR. Nothing here needs Docker, root or a GPU
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -162,11 +163,24 @@ def _start(host: dict, *extra: str) -> subprocess.Popen:
     )  # fmt: skip
 
 
-def _wait_for_workers(host: dict, count: int) -> None:
-    deadline = time.monotonic() + 60
-    while len(tagged_processes(host["tag"])) < count and time.monotonic() < deadline:
+def _wait_for_workers(host: dict, count: int, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120  # a busy machine (the whole suite beside other work) starts them slowly
+    while len(tagged_processes(host["tag"])) < count and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
+    if proc.poll() is not None:
+        out, err = proc.communicate()
+        pytest.fail(f"the run ended (exit {proc.returncode}) before its workers started: {(out + err)[-2000:]}")
     assert len(tagged_processes(host["tag"])) >= count, "the workload and its sleeping worker never started"
+
+
+def _stop_leftovers(host: dict, proc: subprocess.Popen) -> None:
+    """After a failed check, nothing of the run may outlive the test (it would sleep on for 10 minutes)."""
+    for pid in tagged_processes(host["tag"]):  # first: they hold the run's output pipes open
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate(timeout=30)
 
 
 @pytest.mark.parametrize(("sig", "code", "line"), [
@@ -175,13 +189,16 @@ def _wait_for_workers(host: dict, count: int) -> None:
 ])  # fmt: skip
 def test_interrupt_leaves_no_process(host, sig, code, line):
     proc = _start(host, "--mode", "high-throughput")
-    _wait_for_workers(host, 2)  # pytest and the worker it spawned (plus multiprocessing's tracker)
-    before = tagged_processes(host["tag"])
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == code, err
-    assert err.strip().splitlines()[-1] == line
-    assert tagged_processes(host["tag"]) == [], f"left behind of {before}"
+    try:
+        _wait_for_workers(host, 2, proc)  # pytest and the worker it spawned (plus multiprocessing's tracker)
+        before = tagged_processes(host["tag"])
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == code, err
+        assert err.strip().splitlines()[-1] == line
+        assert tagged_processes(host["tag"]) == [], f"left behind of {before}"
+    finally:
+        _stop_leftovers(host, proc)
 
 
 def test_timeout_kills_the_process_group(host):
