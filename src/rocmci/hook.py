@@ -86,6 +86,14 @@ def as_json(results: list[FileResult]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    from rocmci.heap import no_gc, skip_final_collection
+
+    skip_final_collection()  # the process ends after these files: no last scan of their objects
+    with no_gc():  # a short process building acyclic data (rocmci/heap.py), its imports included
+        return check_files(args)
+
+
+def check_files(args: argparse.Namespace) -> int:
     from rocmci import report, report_findings, settings
 
     try:
@@ -93,9 +101,6 @@ def main(argv: list[str] | None = None) -> int:
     except RocmciError as exc:  # e.g. an unknown ROCMCI_* variable or a broken pyproject.toml
         print(f"{PROG}: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code
-    from rocmci.pipeline import service
-
-    service.skip_final_collection()  # the process ends after these files: no last scan of their objects
     results = [validate_file(path, s) for path in args.files]
     if args.json:
         print(as_json(results))

@@ -11,25 +11,28 @@ import os
 import re
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rocmci.errors import InputError, UsageError
 from rocmci.registry import BY_NAME, ENV_PREFIX, REGISTRY, Setting  # noqa: F401  (settings' API)
 from rocmci.values import parse_int
 
 
-@dataclass(frozen=True)
-class Resolved:
+class Resolved(NamedTuple):
     value: Any
     source: str
 
 
-@dataclass
 class Settings:
-    workspace: Path
-    values: dict[str, Resolved] = field(default_factory=dict)
+    """Every setting's resolved value (as an attribute: `s.arch`) and where it came from."""
+
+    def __init__(self, workspace: Path, values: dict[str, Resolved] | None = None) -> None:
+        self.workspace = workspace
+        self.values: dict[str, Resolved] = {} if values is None else values
+
+    def __repr__(self) -> str:
+        return f"Settings(workspace={self.workspace!r}, values={self.values!r})"
 
     def __getattr__(self, name: str) -> Any:
         try:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import gc
 import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -136,13 +135,17 @@ class DuplicateKey(NamedTuple):
     first: Pos
 
 
-@dataclass
 class Document:
-    filename: str
-    data: Any
-    # path -> the YAML node (or key node) there; turned into a Pos only when a finding needs one
-    positions: dict[Path_, yaml.Node] = field(default_factory=dict)
-    duplicates: list[DuplicateKey] = field(default_factory=list)
+    """A parsed document: its data, and where each part of it was written."""
+
+    __slots__ = ("filename", "data", "positions", "duplicates")
+
+    def __init__(self, filename: str, data: Any = None) -> None:
+        self.filename = filename
+        self.data = data
+        # path -> the YAML node (or key node) there; turned into a Pos only when a finding needs one
+        self.positions: dict[Path_, yaml.Node] = {}
+        self.duplicates: list[DuplicateKey] = []
 
     def pos(self, path: Path_) -> Pos:
         """Position of the node at path, or of its nearest ancestor that has one."""

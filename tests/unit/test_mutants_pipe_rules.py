@@ -8,7 +8,6 @@ limit or condition in pipeline/rules.py or pipeline/keepgoing.py turns a test re
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ RANDOM = "Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0LzXcVbNm"  # no known prefix: a secret b
 def with_mi300_4(inv: inventory.Inventory) -> inventory.Inventory:
     """The inventory with one more gfx942 pool, of 4 GPUs."""
     extra = inventory.Pool("mi300_4", "amd_mi300_4", "gfx942", 4, True)
-    return dataclasses.replace(inv, pools={**inv.pools, "mi300_4": extra})
+    return inventory.Inventory(inv.filename, {**inv.pools, "mi300_4": extra})
 
 
 def ctx(what: str = "") -> rules.Context:
@@ -187,7 +186,7 @@ def test_a_drained_pool_is_an_error_unless_the_step_is_optional():
         + step("fine", "amd_mi300_1")
     )
     pools = {name: pool._replace(agents=name != "mi300_2") for name, pool in INVENTORY.pools.items()}
-    drained = rules.Context(dataclasses.replace(INVENTORY, pools=pools), ("gfx942",))
+    drained = rules.Context(inventory.Inventory(INVENTORY.filename, pools), ("gfx942",))
     message = (
         "[pool-no-agents] pool mi300_2 (queue amd_mi300_2) has no agents now: the step would wait forever; "
         "pools with agents for gfx942: mi325_2"

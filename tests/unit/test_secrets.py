@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocmci import secrets, yamldoc
 from rocmci.pipeline import rules, validate
@@ -85,8 +89,22 @@ def test_credential_shaped_values(value, kind):
 
 
 def test_every_credential_shape_has_an_example():
-    """The literal prefilter skips a shape whose anchors miss its matches: every shape is tried above."""
+    """The prefilter skips a shape whose anchor misses its matches: every shape is tried above."""
     assert {kind for kind, _, _ in secrets._SHAPES} <= {kind for _, kind in CREDENTIALS}
+
+
+@pytest.mark.parametrize(("kind", "shape"), [(kind, shape) for kind, _, shape in secrets._SHAPES])
+def test_every_match_of_a_shape_holds_an_anchor(kind, shape):
+    """Text around a match of any shape (generated from the shape itself) always passes the anchor prefilter;
+    else a credential of that shape would never be looked for."""
+
+    @settings(max_examples=150, derandomize=True, database=None, deadline=None)
+    @given(st.from_regex(re.compile(shape), fullmatch=False))
+    def check(text):
+        assert re.search(shape, text)
+        assert secrets._ANCHORS.search(text), f"{kind}: {text!r} matches the shape but no anchor"
+
+    check()
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,16 @@ def rocmci_task(*args, **kwargs):
     return task(*args, klass=RocmciTask, **kwargs)
 
 
+def _pipeline(name: str, given: dict) -> None:
+    """A pipeline task is a short process building acyclic data: no cyclic collection from its imports on."""
+    from rocmci.heap import no_gc
+
+    with no_gc():
+        from rocmci.pipeline import tasks
+
+        run(getattr(tasks, name), given)
+
+
 @rocmci_task
 def version(c):
     """Print rocmci's version (`invoke --version` prints invoke's own; `rocmci --version` rocmci's)."""
@@ -50,18 +60,14 @@ def pipeline_generate(
 ):  # fmt: skip
     """Generate the AMD pipeline as ci-infra's template would; validated first, not written if it has errors."""
     given = dict(locals())  # the flags as received, before any import adds a name
-    from rocmci.pipeline import tasks
-
-    run(tasks.generate, given)
+    _pipeline("generate", given)
 
 
 @rocmci_task(name="validate", help={"source": "vLLM-style step file to generate, then validate (default: setting)"})
 def pipeline_validate(c, source=None, pipeline=None, mirror_hw=None, arch=None, json=False):
     """Validate: YAML and duplicate keys, Buildkite's schema, AMD CI rules. Exit 0 clean, 1 errors, 2 bad input."""
     given = dict(locals())  # the flags as received, before any import adds a name
-    from rocmci.pipeline import tasks
-
-    run(tasks.validate, given)
+    _pipeline("validate", given)
 
 
 @rocmci_task(name="plan")
@@ -71,9 +77,7 @@ def pipeline_plan(
 ):  # fmt: skip
     """Why each step runs, waits behind a block step or is left out; and which rule set run_all or nightly."""
     given = dict(locals())  # the flags as received, before any import adds a name
-    from rocmci.pipeline import tasks
-
-    run(tasks.plan, given)
+    _pipeline("plan", given)
 
 
 @rocmci_task(name="diff")
@@ -83,9 +87,7 @@ def pipeline_diff(
 ):  # fmt: skip
     """Field-level differences between ci-infra's template render and rocmci's generator. Exit 1 if any."""
     given = dict(locals())  # the flags as received, before any import adds a name
-    from rocmci.pipeline import tasks
-
-    run(tasks.diff, given)
+    _pipeline("diff", given)
 
 
 @rocmci_task(name="check")

@@ -7,7 +7,6 @@ renders the real template with minijinja and compares the two field by field.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from rocmci.pipeline import amdsteps as amd
@@ -45,15 +44,17 @@ class Problem(NamedTuple):
     severity: str = "error"
 
 
-@dataclass
 class Generated:
     """The pipeline, and for each group member the step-file step it came from."""
 
-    pipeline: dict[str, Any]
-    origins: list[SourceStep | None] = field(default_factory=list)  # per entry of the group's steps
-    decisions: list[Decision] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
-    mirror_hw: str = ""  # the mirror the steps were rendered for: validation judges those steps
+    __slots__ = ("pipeline", "origins", "decisions", "problems", "mirror_hw")
+
+    def __init__(self, pipeline: dict[str, Any], origins: list[SourceStep | None], mirror_hw: str) -> None:
+        self.pipeline = pipeline
+        self.origins = origins  # per entry of the group's steps
+        self.decisions: list[Decision] = []
+        self.problems: list[Problem] = []
+        self.mirror_hw = mirror_hw  # the mirror the steps were rendered for: validation judges those steps
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -235,7 +236,7 @@ def generate(source: SourceFile, opts: Options) -> Generated:
         inputs.rocm_base_refresh_skip, inputs.rocm_base_refresh_force, opts.ci_image, opts.deepep_arch
     )
     group = {"group": amd.GROUP_LABEL, "depends_on": None, "steps": group_steps}
-    result = Generated(pipeline={"steps": [group]}, origins=[None] * len(group_steps), mirror_hw=inputs.mirror_hw)
+    result = Generated({"steps": [group]}, [None] * len(group_steps), inputs.mirror_hw)
     changed = ChangedFiles(inputs.changed)
     origin_of = _origin_lines(source) if opts.origin_env else {}
     shared: dict[str, Any] = {}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -23,23 +22,18 @@ class Pool(NamedTuple):
     note: str = ""
 
 
-@dataclass(frozen=True)
 class Inventory:
     """The agent pools vLLM's AMD CI has, by queue name."""
 
-    filename: str
-    pools: dict[str, Pool]
+    __slots__ = ("filename", "pools", "_queues")
+
+    def __init__(self, filename: str, pools: dict[str, Pool]) -> None:
+        self.filename = filename
+        self.pools = pools
+        self._queues = {p.queue: p for p in pools.values()}
 
     def by_queue(self, queue: str) -> Pool | None:
         return self._queues.get(queue)
-
-    @property
-    def _queues(self) -> dict[str, Pool]:
-        cached = self.__dict__.get("_queue_index")
-        if cached is None:
-            cached = {p.queue: p for p in self.pools.values()}
-            object.__setattr__(self, "_queue_index", cached)
-        return cached
 
 
 def from_document(doc: yamldoc.Document) -> Inventory:

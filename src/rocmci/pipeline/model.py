@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from rocmci.findings import Finding
@@ -83,16 +82,24 @@ def written_commands(step: StepRef) -> list[tuple[Path_, str]]:
     return out
 
 
-@dataclass
 class Pipeline:
     """A pipeline's data, its steps and how a finding is placed."""
 
-    data: dict[str, Any]  # mapping form; a list-form file is wrapped as {"steps": [...]}
-    steps: list[StepRef]
-    report: Reporter
-    # What each step runs, one entry per command; a generated pipeline answers with the step file's own
-    # commands, so that findings point at the command's line rather than at the joined VLLM_TEST_COMMANDS.
-    commands: Callable[[StepRef], list[tuple[Path_, str]]] = written_commands
+    __slots__ = ("data", "steps", "report", "commands")
+
+    def __init__(
+        self,
+        data: dict[str, Any],
+        steps: list[StepRef],
+        report: Reporter,
+        commands: Callable[[StepRef], list[tuple[Path_, str]]] = written_commands,
+    ) -> None:
+        self.data = data  # mapping form; a list-form file is wrapped as {"steps": [...]}
+        self.steps = steps
+        self.report = report
+        # What each step runs, one entry per command; a generated pipeline answers with the step file's own
+        # commands, so findings point at the command's line rather than at the joined VLLM_TEST_COMMANDS.
+        self.commands = commands
 
     @property
     def env(self) -> dict[str, Any]:

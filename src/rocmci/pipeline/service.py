@@ -6,11 +6,9 @@ is what the pre-commit hook calls.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import re
-from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -18,6 +16,7 @@ from rocmci import yamldoc
 from rocmci.arch import parse_arch_list
 from rocmci.errors import InputError, UsageError
 from rocmci.files import read_lines
+from rocmci.heap import no_gc
 from rocmci.pipeline import bootstrap as boot
 from rocmci.pipeline import generate as gen
 from rocmci.pipeline import inventory as inv
@@ -254,34 +253,6 @@ def load_pipeline_report(path: Path, ctx: rules.Context, workspace: Path) -> val
 # The variable's name is possessive (*+): the text after it may hold the same letters, and letting the two
 # share them made a failed match try every split of every $VAR (exponential: 'x' + '$AAAA' * 25 + '!' hung).
 _CI_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*(?:\$\{?[A-Z_][A-Z0-9_]*+\}?[A-Za-z0-9._-]*)*")
-
-
-def skip_final_collection() -> None:
-    """At exit the interpreter runs one last cyclic collection over every live object, the whole pipeline
-    included (about 30 ms of CPU for vLLM's file), though pipeline work makes no cycles. Freezing the heap
-    from an exit handler (they run before that collection) leaves it nothing to scan; the objects are freed
-    by reference counting as before. Registered once per process."""
-    global _FREEZE_REGISTERED
-    if not _FREEZE_REGISTERED:
-        import atexit
-
-        atexit.register(gc.freeze)
-        _FREEZE_REGISTERED = True
-
-
-_FREEZE_REGISTERED = False
-
-
-@contextmanager
-def no_gc():
-    """Pipeline work builds many small acyclic objects: cyclic GC passes over them cost time, free nothing."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def generate_options(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -100,14 +99,22 @@ class StepFinding(NamedTuple):
     finding: Finding
 
 
-@dataclass
 class SourceFile:
     """A loaded step file: its document, its steps and the findings about them."""
 
-    doc: yamldoc.Document
-    steps: list[SourceStep]
-    findings: list[Finding]  # whatever the mirror: the file's YAML and keys mistyped on any step
-    step_findings: list[StepFinding] = field(default_factory=list)
+    __slots__ = ("doc", "steps", "findings", "step_findings")
+
+    def __init__(
+        self,
+        doc: yamldoc.Document,
+        steps: list[SourceStep],
+        findings: list[Finding],
+        step_findings: list[StepFinding] | None = None,
+    ) -> None:
+        self.doc = doc
+        self.steps = steps
+        self.findings = findings  # whatever the mirror: the file's YAML and keys mistyped on any step
+        self.step_findings: list[StepFinding] = [] if step_findings is None else step_findings
 
     @property
     def filename(self) -> str:

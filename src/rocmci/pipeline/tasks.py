@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from rocmci.errors import FindingsError, UsageError
+from rocmci.heap import no_gc, skip_final_collection
 from rocmci.pipeline import service
 from rocmci.report import plural
 from rocmci.settings import resolve
@@ -30,8 +31,8 @@ def generate(v) -> int:
     if decision.skip:
         _eprint(f"no pipeline: {decision.skip} (as bootstrap-amd.sh)")
         return 0
-    service.skip_final_collection()
-    with service.no_gc():
+    skip_final_collection()
+    with no_gc():
         src, generated, report = service.build(i, opts, s.workspace)
     if report.findings:
         print_report(report, name=i.source_name, out=console(sys.stderr))
@@ -78,8 +79,8 @@ def validate(v) -> int:
         raise UsageError("give --source or --pipeline, not both")
     s = resolve(flags=dict(mirror_hw=v.mirror_hw, arch=v.arch))
     i = service.inputs(s, v.source)
-    service.skip_final_collection()
-    with service.no_gc():
+    skip_final_collection()
+    with no_gc():
         if v.pipeline:
             name = service.display_name(Path(v.pipeline), s.workspace)
             ctx = service.context(i, s.workspace)

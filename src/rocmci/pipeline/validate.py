@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +30,15 @@ _SOURCE_KEY = {
 }
 
 
-@dataclass
 class Report:
     """Findings and the number of steps judged."""
 
-    findings: list[Finding] = field(default_factory=list)
-    steps: int = 0
-    subject: str = "steps"  # what `steps` counts, for the summary line
+    __slots__ = ("findings", "steps", "subject")
+
+    def __init__(self, findings: list[Finding] | None = None, steps: int = 0, subject: str = "steps") -> None:
+        self.findings: list[Finding] = [] if findings is None else findings
+        self.steps = steps
+        self.subject = subject  # what `steps` counts, for the summary line
 
     @property
     def errors(self) -> int:
