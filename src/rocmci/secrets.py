@@ -70,8 +70,19 @@ _ANCHORS = re.compile("|".join(anchor for _, anchor, _ in _SHAPES))
 
 
 @functools.cache
-def _compiled_shapes() -> tuple[tuple[str, re.Pattern[str]], ...]:
-    return tuple((kind, re.compile(shape)) for kind, _, shape in _SHAPES)
+def _compiled_shapes() -> tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...]:
+    """(kind, anchor, shape) compiled. Each anchor on its own: a text that holds some anchor is then searched
+    for the shapes whose anchor it holds (a URL's '://' for the URL password only), each search skipping
+    ahead to its own rare character. (One pattern with a group per anchor would say which anchors matched
+    in one pass, but capturing groups stop the engine from skipping: 13 times slower on vLLM's step file.)"""
+    return tuple((kind, re.compile(anchor), re.compile(shape)) for kind, anchor, shape in _SHAPES)
+
+
+def _shapes_in(text: str) -> list[tuple[str, re.Pattern[str]]]:
+    """(kind, shape) of each shape whose anchor is in `text`, in _SHAPES' order; usually none."""
+    if not _ANCHORS.search(text):
+        return []
+    return [(kind, shape) for kind, anchor, shape in _compiled_shapes() if anchor.search(text)]
 
 
 _TOKEN = re.compile(r"[A-Za-z0-9+/_=-]{32,}")
@@ -116,10 +127,9 @@ def secret_kind(value: str, *, whole: bool = True) -> str | None:
     `whole` also tests the value as one random-looking token (an env value); a long command line is
     tested only for the credential shapes, since it is full of long ordinary words.
     """
-    if _ANCHORS.search(value):
-        for kind, shape in _compiled_shapes():
-            if shape.search(value):
-                return kind
+    for kind, shape in _shapes_in(value):
+        if shape.search(value):
+            return kind
     stripped = value.strip()
     if whole and _TOKEN.fullmatch(stripped) and _random_looking(stripped):
         return "a long random-looking string"
@@ -127,9 +137,8 @@ def secret_kind(value: str, *, whole: bool = True) -> str | None:
 
 
 def _mask_shapes(text: str) -> str:
-    if _ANCHORS.search(text):
-        for _, shape in _compiled_shapes():
-            text = shape.sub("***", text)
+    for _, shape in _shapes_in(text):  # masking one shape cannot make another's anchor appear
+        text = shape.sub("***", text)
     return _TEXT_TOKEN.sub(lambda m: "***" if _random_looking(m.group()) else m.group(), text)
 
 

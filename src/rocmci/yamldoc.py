@@ -43,19 +43,19 @@ _PLAIN_INT = "rocmci:int"
 _PLAIN_FLOAT = "rocmci:float"
 _PLAIN_TAGS = frozenset({_PLAIN_NULL, _PLAIN_BOOL, _PLAIN_INT, _PLAIN_FLOAT})
 
-# YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution), one pattern per type.
-_CORE_NULL = re.compile(r"~|null|Null|NULL|")
-_CORE_BOOL = re.compile(r"true|True|TRUE|false|False|FALSE")
+# YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution), one pattern per type. Plain
+# scalars are typed by the one combined pattern below; each type's own pattern is compiled (and cached by
+# `re`) only when an explicit tag (`!!int 0x1F`) asks for it, which real step files never do.
+_CORE_NULL = r"~|null|Null|NULL|"
+_CORE_BOOL = r"true|True|TRUE|false|False|FALSE"
 # serde_yaml's integers (what minijinja-cli reads; see pipeline/scalars.py): 0x/0o/0b with an optional sign,
 # and decimals without a redundant leading zero -- `0100` and `-007` are text, not numbers.
-_CORE_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)|[-+]?0o[0-7]+|[-+]?0x[0-9a-fA-F]+|[-+]?0b[01]+")
-_LEADING_ZERO = re.compile(r"[-+]?0[0-9]+")
-_CORE_FLOAT = re.compile(
-    r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
-)
+_CORE_INT = r"[-+]?(?:0|[1-9][0-9]*)|[-+]?0o[0-7]+|[-+]?0x[0-9a-fA-F]+|[-+]?0b[01]+"
+_LEADING_ZERO = r"[-+]?0[0-9]+"
+_CORE_FLOAT = r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
 _CORE = re.compile(
-    rf"(?P<text>{_LEADING_ZERO.pattern})|(?P<null>{_CORE_NULL.pattern})|(?P<bool>{_CORE_BOOL.pattern})"
-    rf"|(?P<int>{_CORE_INT.pattern})|(?P<float>{_CORE_FLOAT.pattern})"
+    rf"(?P<text>{_LEADING_ZERO})|(?P<null>{_CORE_NULL})|(?P<bool>{_CORE_BOOL})"
+    rf"|(?P<int>{_CORE_INT})|(?P<float>{_CORE_FLOAT})"
 )
 _CORE_TAG = {
     "text": "tag:yaml.org,2002:str",
@@ -121,6 +121,7 @@ _INT = "tag:yaml.org,2002:int"
 _FLOAT = "tag:yaml.org,2002:float"
 _MERGE = "tag:yaml.org,2002:merge"
 _CORE_TAGS = {_NULL: _CORE_NULL, _BOOL: _CORE_BOOL, _INT: _CORE_INT, _FLOAT: _CORE_FLOAT}
+_SCALAR = yaml.ScalarNode
 
 
 class Pos(NamedTuple):
@@ -203,7 +204,10 @@ class _Builder:
             for i, item in enumerate(node.value):
                 child = (*path, i)
                 positions[child] = item
-                out.append(self.build(item, child, depth + 1, via_alias))
+                if item.__class__ is _SCALAR and item.tag == _STR and not via_alias:
+                    out.append(item.value)  # most items: text, built here without a call
+                else:
+                    out.append(self.build(item, child, depth + 1, via_alias))
             return out
         if cls is yaml.MappingNode:
             return self.mapping(node, path, depth, via_alias)
@@ -222,8 +226,11 @@ class _Builder:
         out: dict[Any, Any] = {}
         key_pos: dict[Any, yaml.Node] = {}
         merged: dict[Any, Any] = {}
+        positions = self.doc.positions
         for key_node, value_node in node.value:
-            if key_node.tag == _MERGE:
+            if key_node.__class__ is _SCALAR and key_node.tag == _STR and not via_alias:
+                key = key_node.value  # most keys: text, read here without a call
+            elif key_node.tag == _MERGE:
                 sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
                 for source in sources:
                     value = self.build(source, path, depth + 1, True)
@@ -232,13 +239,17 @@ class _Builder:
                     for k, v in value.items():
                         merged.setdefault(k, v)
                 continue
-            key = self.key(key_node, via_alias)
+            else:
+                key = self.key(key_node, via_alias)
             if key in out:
                 self.doc.duplicates.append(DuplicateKey((*path, key), key, _pos(key_node), _pos(key_pos[key])))
             key_pos[key] = key_node
             child = (*path, key)
-            self.doc.positions[child] = key_node
-            out[key] = self.build(value_node, child, depth + 1, via_alias)
+            positions[child] = key_node
+            if value_node.__class__ is _SCALAR and value_node.tag == _STR and not via_alias:
+                out[key] = value_node.value
+            else:
+                out[key] = self.build(value_node, child, depth + 1, via_alias)
         for k, v in merged.items():
             out.setdefault(k, v)
         return out
@@ -278,8 +289,8 @@ class _Builder:
             return value  # a `<<` value (label: <<) is text, as serde_yaml reads it; only a `<<` key merges
         # An explicit tag: only the core ones, and only on a value that is one of them.
         pattern = _CORE_TAGS.get(tag)
-        if pattern is None or not pattern.fullmatch(value):
-            if not (tag == _FLOAT and _CORE_INT.fullmatch(value)):
+        if pattern is None or not re.fullmatch(pattern, value):
+            if not (tag == _FLOAT and re.fullmatch(_CORE_INT, value)):
                 raise self._tag_error(node)
         if tag == _NULL:
             return None

@@ -113,3 +113,18 @@ def test_label_names_are_printable_and_bounded(bad):
     with pytest.raises(UsageError, match="is not a label name"):
         flags.parse({"label": [bad]})
     assert flags.parse({"label": ["ready-run-all-tests"]}).label == ("ready-run-all-tests",)
+
+
+def test_each_parse_starts_from_the_declared_flags():
+    """invoke copies every task's flags before a parse (cli/edge.py makes the copy shallow): a parse never
+    changes the collection's own flags, so a second parse in one process starts from the declared ones."""
+    from invoke.parser import Parser
+
+    contexts = ns.to_contexts()
+    parser = Parser(contexts=contexts)
+    first = parser.parse_argv(["pipeline.plan", "--label", "a", "--label", "b", "--nightly"])
+    second = parser.parse_argv(["pipeline.plan", "--label", "c"])
+    assert (first[0].args["label"].value, first[0].args["nightly"].value) == (["a", "b"], True)
+    assert (second[0].args["label"].value, second[0].args["nightly"].value) == (["c"], False)
+    (declared,) = [c for c in contexts if c.name == "pipeline.plan"]
+    assert (declared.args["label"].value, declared.args["nightly"].value) == ([], False)

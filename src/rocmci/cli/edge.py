@@ -7,12 +7,13 @@ and keeps its traceback.
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from invoke import Exit, Task
+from invoke import Argument, Exit, Task
 
 from rocmci.cli import flags
 
@@ -63,9 +64,12 @@ class RocmciTask(Task):
         table = self.help
         self.help = dict(table)
         try:
-            return super().get_arguments(*args, **kwargs)
+            arguments = super().get_arguments(*args, **kwargs)
         finally:
             self.help = table
+        for argument in arguments:
+            argument.__class__ = _Flag
+        return arguments
 
     def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
         opts = super().arg_opts(name, default, taken_names)
@@ -73,3 +77,12 @@ class RocmciTask(Task):
         if short and short not in opts["names"]:
             opts["names"] = [*opts["names"], short]
         return opts
+
+
+class _Flag(Argument):
+    """invoke deep-copies the parser context of every task on each parse. What parsing changes in an Argument
+    is rebound, never changed in place (a list flag's value is replaced by `value + [x]`), so a shallow copy
+    is as good as a deep one, and a quarter of its cost (about 1.3 ms of every start with rocmci's 16 tasks)."""
+
+    def __deepcopy__(self, memo: dict) -> _Flag:
+        return copy.copy(self)

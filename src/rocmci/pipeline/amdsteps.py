@@ -46,7 +46,7 @@ def rust_text(value: Any) -> str:
         return "true" if value else "false"
     if value is None:
         return ""
-    if isinstance(value, list | dict):
+    if isinstance(value, (list, dict)):
         return rust_debug(value)
     if isinstance(value, float):
         return scalars.rust_float(value)  # Rust's digits: 1e20 prints in full, NaN as NaN
@@ -252,7 +252,7 @@ def runner_env(data: dict[str, Any], timeout: int, joined: str, ci_image: str) -
     if nodes and scalars.jinja_le(2, nodes):  # minijinja: text ("2") is greater than every number
         commands = data.get("commands") or []
         # `length` of a number stops the template (validate reports it): no node commands here
-        commands = commands if isinstance(commands, str | list | dict) else []
+        commands = commands if isinstance(commands, (str, list, dict)) else []
         env["VLLM_CI_EXECUTION_MODE"] = "multi-node"
         env["VLLM_NUM_GPUS_PER_NODE"] = rust_text(data.get("num_gpus") or 1)
         env["VLLM_NODE_COMMAND_COUNT"] = str(len(commands))

@@ -78,7 +78,7 @@ def _as_rust_prints(value: Any) -> Any:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, list | dict):
+    if isinstance(value, (list, dict)):
         return amdsteps.rust_debug(value)
     return value
 

@@ -118,7 +118,7 @@ def decide(step: SourceStep, inputs: TemplateInputs, changed: list[str]) -> Deci
             changed = ChangedFiles(changed)
         # Only text can match a path (a list or mapping never equals one); a number stops the template, whose
         # error validate reports, and matches nothing here.
-        for dep in deps if isinstance(deps, str | list | dict) else ():
+        for dep in deps if isinstance(deps, (str, list, dict)) else ():
             if not isinstance(dep, str):
                 continue
             hit = changed.first_with_prefix(dep)
@@ -161,7 +161,7 @@ def _received(problems: list[Problem], step: SourceStep, key: str, fn, text: str
 def _iterated(value: Any) -> list[Any]:
     """What minijinja's `join` iterates: a list's items, a mapping's keys, a text's characters; a number or
     boolean stops the template (validate reports it) and joins to nothing here."""
-    return list(value) if isinstance(value, str | list | dict) else []
+    return list(value) if isinstance(value, (str, list, dict)) else []
 
 
 def test_step(

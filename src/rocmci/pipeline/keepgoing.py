@@ -139,7 +139,7 @@ def without_secrets(value: Any, mask: Any = None) -> Any:
                 v = {
                     mask(str(n)): without_secrets(e, mask)
                     for n, e in v.items()
-                    if not (isinstance(e, str | int) and _secret_message(n, e))
+                    if not (isinstance(e, (str, int)) and _secret_message(n, e))
                 }  # fmt: skip
             elif k in ("key", "depends_on"):
                 v = without_secrets(v, lambda text: mask(text).replace("***", "redacted"))

@@ -396,7 +396,7 @@ def _dollar_texts(value: Any, out: set[str], seen: set[int] | None = None) -> se
     if isinstance(value, str):
         if "$" in value:
             out.add(value)
-    elif isinstance(value, dict | list):
+    elif isinstance(value, (dict, list)):
         if id(value) in seen:
             return out
         seen.add(id(value))
@@ -476,13 +476,13 @@ def secrets_in_plain_text(p: Pipeline, ctx: Context) -> Iterator[Finding]:
     places = [(("env",), p.env)] + [((*s.path, "env"), s.data.get("env")) for s in p.steps if isinstance(s.data, dict)]
     envs = [(base, env) for base, env in places if isinstance(env, dict)]
     # A generated pipeline repeats the same few hundred pairs in every step: judge each pair once.
-    pairs = {(name, value) for _, env in envs for name, value in env.items() if isinstance(value, str | int)}
+    pairs = {(name, value) for _, env in envs for name, value in env.items() if isinstance(value, (str, int))}
     flagged = {pair: message for pair in pairs if (message := _secret_message(*pair))}
     if not flagged:
         return
     for base, env in envs:
         for name, value in env.items():
-            message = flagged.get((name, value)) if isinstance(value, str | int) else None
+            message = flagged.get((name, value)) if isinstance(value, (str, int)) else None
             if message:
                 yield p.report((*base, name), "secret-in-pipeline", ERROR, message)
 
@@ -494,7 +494,7 @@ def _texts_outside_env(value: Any, out: set[str], seen: set[int]) -> set[str]:
     step repeats (the pod patch, the retry rules) and a group holds its members: each is walked once."""
     if isinstance(value, str):
         out.add(value)
-    elif isinstance(value, dict | list):
+    elif isinstance(value, (dict, list)):
         if id(value) in seen:
             return out
         seen.add(id(value))

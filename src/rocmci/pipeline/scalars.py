@@ -346,7 +346,7 @@ def _kind(value: Any) -> int:
         return 1
     if isinstance(value, bool):
         return 2
-    if isinstance(value, int | float):
+    if isinstance(value, (int, float)):
         return 3
     return 4 if isinstance(value, str) else 5
 
@@ -363,7 +363,7 @@ def jinja_eq(value: Any, flag: bool) -> bool:
     """`value == true/false` in minijinja: a boolean equals the number 1/0 (`dind: 0` is `dind: false`)."""
     if isinstance(value, bool):
         return value is flag
-    return isinstance(value, int | float) and value == int(flag)
+    return isinstance(value, (int, float)) and value == int(flag)
 
 
 def jinja_true(value: Any) -> bool:
@@ -404,9 +404,9 @@ def change_message(what: str, written: str, received: Any) -> str:
         why = "is null to minijinja-cli, which prints a null as 'none' into the pipeline"
     elif isinstance(value, int) and not isinstance(value, bool) and re.fullmatch(r"[-+]?0[0-9_]+", written):
         why = "has a leading 0, which buildkite-agent's YAML reader (yaml.v3) reads as an octal number"
-    elif isinstance(value, int | float) and not isinstance(value, bool) and "_" in written:
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and "_" in written:
         why = "is a number to buildkite-agent's YAML reader (yaml.v3), which drops the underscores"
-    elif isinstance(value, int | float) and not isinstance(value, bool):
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
         why = "is a number to buildkite-agent's YAML reader (yaml.v3), which writes it back its own way"
     elif isinstance(value, bool):
         why = "is a boolean to buildkite-agent's YAML reader (yaml.v3)"
@@ -484,7 +484,7 @@ def as_uploaded(data: Any) -> Any:
 
 def _strings(mapping: dict) -> None:
     for key, value in mapping.items():
-        if value is None or isinstance(value, bool | int | float) and not isinstance(value, GoUint64):
+        if value is None or isinstance(value, (bool, int, float)) and not isinstance(value, GoUint64):
             mapping[key] = go_sprint(value)
 
 
@@ -493,7 +493,7 @@ def _command_step(step: dict) -> None:
         _strings(step["env"])
     for name in ("command", "commands", *_STRING_FIELDS):
         value = step.get(name)
-        if isinstance(value, bool | int | float) and not isinstance(value, GoUint64):
+        if isinstance(value, (bool, int, float)) and not isinstance(value, GoUint64):
             step[name] = go_sprint(value)
         elif isinstance(value, list) and name in ("command", "commands"):
-            step[name] = [go_sprint(v) if isinstance(v, bool | int | float) and v is not None else v for v in value]
+            step[name] = [go_sprint(v) if isinstance(v, (bool, int, float)) and v is not None else v for v in value]

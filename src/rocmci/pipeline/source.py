@@ -29,7 +29,7 @@ _COMMANDS = (
 )
 _STR_MAP = (
     "a mapping of names to strings",
-    lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str | int | bool) for k, x in v.items()),
+    lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, (str, int, bool)) for k, x in v.items()),
 )
 _TAGS = ("a list of strings or a mapping", lambda v: _STR_LIST[1](v) or isinstance(v, dict))
 
@@ -146,7 +146,7 @@ def mirror_matches(mirrors: Any, mirror_hw: str) -> bool:
     On a number (or true) the test stops the whole render; True here, so the step is judged and generated."""
     if not mirrors:
         return False
-    if isinstance(mirrors, str | list | dict):
+    if isinstance(mirrors, (str, list, dict)):
         return mirror_hw in mirrors
     return True
 
@@ -249,7 +249,7 @@ _HARMLESS_TYPE: dict[str, Any] = {
 
 
 def _scalar_value(value: Any) -> bool:
-    return isinstance(value, str | int | float)
+    return isinstance(value, (str, int, float))
 
 
 def check_step(doc: yamldoc.Document, index: int, step: Any) -> tuple[list[Finding], list[Finding]]:
@@ -343,7 +343,7 @@ def check_step(doc: yamldoc.Document, index: int, step: Any) -> tuple[list[Findi
 
 
 def _container(value: Any) -> bool:
-    return isinstance(value, str | list | dict)
+    return isinstance(value, (str, list, dict))
 
 
 def template_stops(step: dict) -> dict[str, str]:
@@ -377,7 +377,7 @@ def _secrets(doc: yamldoc.Document, path: tuple, step: dict, joined: str | None 
     env = step.get("env")
     if isinstance(env, dict):
         for name, value in env.items():
-            text = str(value) if isinstance(value, str | int) and not isinstance(value, bool) else ""
+            text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
             if is_secret(str(name)) and text and not text.startswith("$"):
                 out.append(
                     Finding.at(
