@@ -137,8 +137,7 @@ def _program_class():
             else:
                 message = unknown_task(token, program.parser.contexts if hasattr(program, "parser") else {})
             return Exit(message, code=USAGE_EXIT)
-        # invoke names the Argument by its class: rocmci's flags are cli/edge.py's _Flag
-        needs = re.match(r"Flag <\w+: ([\w-]+)(?: \(\w+\))?> needed value", text)
+        needs = re.match(r"Flag <Argument: ([\w-]+)(?: \(\w+\))?> needed value", text)
         if needs:
             flag = needs.group(1).replace("_", "-")  # invoke shows the Python name: exit_code is --exit-code
             task = getattr(exc.context, "name", None)
