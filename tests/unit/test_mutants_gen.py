@@ -16,6 +16,22 @@ from tests.conftest import REPO
 
 TEMPLATE = REPO.parent / "shared" / "fixtures" / "ci-infra" / "buildkite" / "test-template-amd.j2"
 
+
+def _step_file(tmp_path, text: str):
+    step_file = tmp_path / "steps.yaml"
+    step_file.write_text(text)
+    return step_file
+
+
+def refused_by_ci_infra_then_generated(tmp_path, text: str, inputs, refusal: str):
+    """ci-infra's real render of the step file `text` is YAML that buildkite-agent refuses (`refusal`, the
+    parser's complaint); returns rocmci's loaded step file and its generation of the same file."""
+    with pytest.raises(InputError, match=refusal):
+        citemplate.parse_pipeline(citemplate.render_ci_infra(TEMPLATE, _step_file(tmp_path, text), inputs), "render")
+    src = source.from_document(yamldoc.parse(text, "steps.yaml"))
+    return src, generate.generate(src, generate.Options(inputs=inputs))
+
+
 QUOTES = """\
 steps:
 - label: Say "hi"
@@ -37,14 +53,8 @@ def test_a_double_quote_in_a_label_or_agent_tag_is_a_template_escape_error_on_it
     """The template pastes labels, block labels and agent tag values between double quotes without escaping:
     ci-infra's real render of such a file is YAML buildkite-agent refuses, so rocmci reports one error per
     pasted place, on the step and key at fault, and writes the text as written in its place."""
-    step_file = tmp_path / "steps.yaml"
-    step_file.write_text(QUOTES)
     inputs = bootstrap.TemplateInputs(list_file_diff="README.md")  # a PR build: the first step is gated
-    with pytest.raises(InputError, match="invalid YAML"):
-        citemplate.parse_pipeline(citemplate.render_ci_infra(TEMPLATE, step_file, inputs), "ci-infra render")
-
-    src = source.from_document(yamldoc.parse(QUOTES, "steps.yaml"))
-    result = generate.generate(src, generate.Options(inputs=inputs))
+    src, result = refused_by_ci_infra_then_generated(tmp_path, QUOTES, inputs, "invalid YAML")
     said, tags = src.steps
     message = "contains a double quote that the template does not escape: the YAML would break"
     assert [(p.step, p.key, p.message, p.rule, p.severity) for p in result.problems] == [
@@ -117,14 +127,8 @@ def test_a_line_break_in_a_gated_steps_label_breaks_the_block_key_and_its_depend
     """A gated step's block key and the test step's depends_on are `block-<slug>` written as plain YAML: a
     label with a line break makes ci-infra's real render unreadable, and rocmci reports both places on the
     step's label (the double-quoted labels fold the break to a space and stay valid)."""
-    step_file = tmp_path / "steps.yaml"
-    step_file.write_text(LINE_BREAK)
     inputs = bootstrap.TemplateInputs(list_file_diff="README.md")
-    with pytest.raises(InputError, match="invalid YAML"):
-        citemplate.parse_pipeline(citemplate.render_ci_infra(TEMPLATE, step_file, inputs), "ci-infra render")
-
-    src = source.from_document(yamldoc.parse(LINE_BREAK, "steps.yaml"))
-    result = generate.generate(src, generate.Options(inputs=inputs))
+    src, result = refused_by_ci_infra_then_generated(tmp_path, LINE_BREAK, inputs, "invalid YAML")
     message = "contains a line break: the template writes it as a plain YAML value"
     step = src.steps[0]
     assert [(p.step, p.key, p.message, p.rule) for p in result.problems] == [
@@ -148,25 +152,13 @@ steps:
 def test_an_agent_pool_that_breaks_the_plain_queue_value_is_an_error_on_agent_pool(tmp_path):
     """`queue: amd_{{ agent_pool }}` is pasted bare: a pool with ': ' makes ci-infra's real render unreadable at
     that line, and rocmci reports it on the step's agent_pool, the queue keeping the text as written."""
-    step_file = tmp_path / "steps.yaml"
-    step_file.write_text(BAD_POOL)
     inputs = bootstrap.TemplateInputs(run_all="1")
-    with pytest.raises(InputError, match="mapping values are not allowed"):
-        citemplate.parse_pipeline(citemplate.render_ci_infra(TEMPLATE, step_file, inputs), "ci-infra render")
-
-    src = source.from_document(yamldoc.parse(BAD_POOL, "steps.yaml"))
-    result = generate.generate(src, generate.Options(inputs=inputs))
+    src, result = refused_by_ci_infra_then_generated(tmp_path, BAD_POOL, inputs, "mapping values are not allowed")
     message = "not a valid plain YAML value once pasted by the template: mapping values are not allowed in this context"
     assert [(p.step, p.key, p.message, p.rule) for p in result.problems] == [
         (src.steps[0], "agent_pool", message, "template-escape")
     ]
     assert result.steps[3]["agents"] == {"queue": "amd_mi300: 1"}
-
-
-def _step_file(tmp_path, text: str):
-    step_file = tmp_path / "steps.yaml"
-    step_file.write_text(text)
-    return step_file
 
 
 def test_a_command_ending_in_a_backslash_breaks_vllm_test_commands_and_is_an_error_on_commands(tmp_path):
@@ -176,11 +168,7 @@ def test_a_command_ending_in_a_backslash_breaks_vllm_test_commands_and_is_an_err
     text = "steps:\n- label: S\n  mirror_hardwares: [amdproduction]\n  agent_pool: mi300_1\n"
     text += '  commands: ["echo x\\\\"]\n'
     inputs = bootstrap.TemplateInputs(run_all="1")
-    with pytest.raises(InputError, match="found unexpected end of stream"):
-        citemplate.parse_pipeline(citemplate.render_ci_infra(TEMPLATE, _step_file(tmp_path, text), inputs), "render")
-
-    src = source.from_document(yamldoc.parse(text, "steps.yaml"))
-    result = generate.generate(src, generate.Options(inputs=inputs))
+    src, result = refused_by_ci_infra_then_generated(tmp_path, text, inputs, "found unexpected end of stream")
     message = "not a valid double-quoted YAML string once pasted by the template: found unexpected end of stream"
     assert [(p.step, p.key, p.message, p.rule) for p in result.problems] == [
         (src.steps[0], "commands", message, "template-escape")
@@ -194,11 +182,7 @@ def test_a_parallelism_that_breaks_its_plain_value_is_an_error_on_parallelism(tm
     reports it on the step's parallelism (no second, 'changed meaning' warning) and keeps the text."""
     text = 'steps:\n- label: S\n  mirror_hardwares: [amdproduction]\n  agent_pool: mi300_1\n  parallelism: "2: 3"\n'
     inputs = bootstrap.TemplateInputs(run_all="1")
-    with pytest.raises(InputError, match="mapping values are not allowed"):
-        citemplate.parse_pipeline(citemplate.render_ci_infra(TEMPLATE, _step_file(tmp_path, text), inputs), "render")
-
-    src = source.from_document(yamldoc.parse(text, "steps.yaml"))
-    result = generate.generate(src, generate.Options(inputs=inputs))
+    src, result = refused_by_ci_infra_then_generated(tmp_path, text, inputs, "mapping values are not allowed")
     message = "not a valid plain YAML value once pasted by the template: mapping values are not allowed in this context"
     assert [(p.step, p.key, p.message, p.rule, p.severity) for p in result.problems] == [
         (src.steps[0], "parallelism", message, "template-escape", "error")
