@@ -11,6 +11,7 @@ PREFIX = "rocmci."
 # Containers and probe images rocmci starts: found and removed by this label.
 MANAGED = "rocmci.managed"
 WORKLOAD = "rocmci.workload"
+JOB = "rocmci.job"  # the Buildkite job a run.step container belongs to: removed with it, whoever started it
 
 # Image labels, written by image/plan.py (build) and image/retarget.py (retarget).
 TARGET = "rocmci.target"

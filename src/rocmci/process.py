@@ -193,6 +193,7 @@ def stream(
         list(argv),
         cwd=cwd,
         env=env,
+        stdin=subprocess.DEVNULL,  # a workload never reads rocmci's terminal (`docker run -i` gets EOF)
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -74,6 +74,9 @@ def dry_run_lines(prepared: Prepared, engine: Engine | None, opts: RunOptions | 
         lines.append(_comment(redact.word(f"{workload.name} on GPUs [{gpu_text}]: {command}")))
         if workload.workarounds:
             lines.append(_comment(f"workarounds from the registry: {', '.join(workload.workarounds)}"))
+        if planned.shown:
+            lines.append(shell_lines(redact.argv(planned.shown)))
+            continue
         if planned.spec is not None:
             lines.append(shell_lines(redact.argv(ctr.run_argv(planned.spec, client))))
             continue

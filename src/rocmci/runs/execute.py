@@ -266,6 +266,8 @@ def execute(
         running.stop_all()
 
     def start(planned: PlannedRun, on_line: Callable[[str], None]) -> ctr.RunResult:
+        if planned.start is not None:  # a Buildkite job: vLLM's runner, or a native step's pod
+            return planned.start(on_line, running)
         if planned.spec is not None:
             return ctr.run_container(
                 planned.spec, engine, timeout=opts.timeout, on_line=on_line, env=_client_env(opts), running=running

@@ -338,19 +338,84 @@ def outcome(v) -> int:
 
 
 def step(v) -> int:
-    """One step of the step file, with the command, env, GPUs and parallelism of the generated pipeline."""
+    """One step of the step file as an agent of its pool runs it: the checkout's runner executes the job."""
+    from rocmci.engine import Engine
     from rocmci.errors import UsageError
     from rocmci.files import display_name
     from rocmci.pipeline import source as srcmod
+    from rocmci.runs import jobs, stepjobs
     from rocmci.runs import steps as st
 
     if not v.step or not v.step.strip():
         raise UsageError("run.step needs --step LABEL", hint="e.g. --step 'Basic Correctness' (see pipeline.plan)")
+    if v.build_id and v.image:
+        raise UsageError("--build-id and --image both name the image", hint="give one of them")
     s = settingsmod.resolve(flags={"image": v.image, "vllm_src": v.vllm_src, "mirror_hw": v.mirror_hw})
     path = Path(os.path.realpath(v.source)) if v.source else s.path("source")
     what = "--source" if v.source else s.describe("source")
     src = srcmod.load_source(path, display_name(path, s.workspace), what=what)
     chosen = st.find(st.generated_steps(src, s.mirror_hw, s.ci_image), v.step, src.filename)
-    s, opts, engine, registry = _setup(v, native=chosen.native)
+    opts = run_options(v, s, native=chosen.native)
+    engine, registry = Engine(s.docker), _registry(s)
+    checkout = _vllm_src(s)
+    if checkout is None or jobs.runner_of(checkout) is None:
+        return _step_without_runner(v, chosen, opts, engine, registry, checkout)
+    timeout = float(v.timeout) if v.timeout else None
+    place = jobs.Place(checkout, opts.results_dir.resolve(), opts.hf_cache, opts.host_root, _client(engine),
+                       opts.network)  # fmt: skip
+    job_opts = RunOptions_with(opts, timeout=timeout or 60.0 * _job_minutes(chosen))
+    where = stepjobs.checkout_of(checkout)
+    if chosen.native and not opts.no_container:
+        where = stepjobs.image_commit(where, engine, opts.image)
+    prepared = stepjobs.plan(
+        chosen, job_opts, engine, where=where, parallel_job=v.parallel_job,
+        build_id=v.build_id, image_given=bool(v.image), place=place,
+    )  # fmt: skip
+    return _run_prepared(prepared, job_opts, registry, v.json, engine, v.pull)
+
+
+def _step_without_runner(v, chosen, opts, engine, registry, checkout) -> int:
+    """A checkout without vLLM's runner (an older era, or no checkout): rocmci's own docker run for the step."""
+    from rocmci.runs import jobs
+    from rocmci.runs import steps as st
+
+    why = "no vLLM checkout given" if checkout is None else f"the checkout has no {jobs.RUNNER}"
+    note = f"run.step: {why}; the step runs as rocmci's own docker run, not through vLLM's runner (README: Runs)"
     workloads = st.workloads(chosen, v.parallel_job, host=opts.no_container)
-    return _run(workloads, opts, registry, v.json, engine, (), v.pull)
+    return _run(workloads, opts, registry, v.json, engine, (note,), v.pull)
+
+
+def _job_minutes(chosen) -> int:
+    value = chosen.data.get("timeout_in_minutes")
+    return value if isinstance(value, int) and value > 0 else 180
+
+
+def RunOptions_with(opts, **changes):  # noqa: N802 - a copy of the options with some fields changed
+    import dataclasses
+
+    return dataclasses.replace(opts, **{k: v for k, v in changes.items() if v is not None})
+
+
+def _client(engine) -> str:
+    try:
+        return engine.client
+    except Exception:  # noqa: BLE001 - a dry run prints without a docker client
+        return "docker"
+
+
+def _run_prepared(prepared, opts, registry, as_json: bool, engine, pull: bool) -> int:
+    """A prepared run.step: pull when asked, then print (dry run) or run and report as every run task."""
+    from rocmci.runs import execute
+
+    redact = execute.redactor(opts)
+    if not opts.no_container:
+        prepared.notes[:0] = _ensure_image(engine, opts, pull)
+    if opts.dry_run:
+        print("\n".join(execute.dry_run_lines(prepared, engine, opts)))
+        _eprint("dry run: nothing was started")
+        return 0
+    for note in prepared.notes:
+        _eprint(redact(f"rocmci: {note}"))
+    out = _eprint if as_json else print
+    results = execute.execute(prepared, opts, engine, registry, out=out)
+    return execute.report(results, opts, as_json, prepared.notes, prepared.files, redact)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rocmci.errors import UsageError
 from rocmci.runs import workloads as wl
@@ -30,6 +30,7 @@ class Step:
     working_dir: str
     command: str  # the generated step's command
     env: dict[str, str]  # the generated step's env
+    data: dict = field(default_factory=dict, compare=False, repr=False)  # the generated step, as uploaded
 
     @property
     def through_runner(self) -> bool:
@@ -72,6 +73,7 @@ def generated_steps(src, mirror_hw: str, ci_image: str) -> list[Step]:
                 working_dir=amdsteps.rust_text(raw.get("working_dir") or amdsteps.DEFAULT_WORKDIR),
                 command=str(data["command"]),
                 env=env,
+                data=data,
             )
         )
     return out

@@ -5,8 +5,10 @@ One leaf module, so those three import it and not each other.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rocmci.gpus import Gpu
 from rocmci.runs.container import ContainerSpec
@@ -43,6 +45,9 @@ class PlannedRun:
     spec: ContainerSpec | None  # None in host mode
     slot: int  # position in its wave: GPU set and rendezvous ports
     env: dict[str, str] = field(default_factory=dict)  # host mode: what rocmci sets (no secrets); printed
+    # A Buildkite job (run.step): how to start it (on_line, running) -> RunResult, and the command it starts.
+    start: Callable[..., Any] | None = None
+    shown: tuple[str, ...] = ()
 
 
 @dataclass
