@@ -106,6 +106,13 @@ def run_step(session: nox.Session) -> None:
     session.run("invoke", "run.step", *session.posargs)
 
 
+@nox.session(name="runner-parity", default=False)
+def runner_parity(session: nox.Session) -> None:
+    """run.step against vLLM's runner, executed, for every step of every fixture step file (about 3 minutes)."""
+    _install(session, "test")
+    session.run("pytest", "-q", "tests/functional/test_runner_jobs.py", *session.posargs, env={"ROCMCI_ALL_STEPS": "1"})
+
+
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks: speed and memory next to their references (see benchmarks/)."""

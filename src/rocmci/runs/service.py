@@ -353,6 +353,8 @@ def step(v) -> int:
     s = settingsmod.resolve(flags={"image": v.image, "vllm_src": v.vllm_src, "mirror_hw": v.mirror_hw})
     path = Path(os.path.realpath(v.source)) if v.source else s.path("source")
     what = "--source" if v.source else s.describe("source")
+    if not v.source and s.origin("source") == "default" and s.vllm_src and not path.is_file():
+        path, what = Path(s.vllm_src) / ".buildkite" / "test-amd.yaml", "the vLLM checkout (vllm_src)"
     src = srcmod.load_source(path, display_name(path, s.workspace), what=what)
     chosen = st.find(st.generated_steps(src, s.mirror_hw, s.ci_image), v.step, src.filename)
     opts = run_options(v, s, native=chosen.native)
