@@ -1,0 +1,152 @@
+"""run.step for real: vLLM's runner (the fixture, unmodified, in a vLLM-like checkout) starts the
+container on the engine, and a native step runs as its pod with the runner inside, in native mode.
+
+The CI image is a stand-in built here: vLLM's staged workspace, /opt/vllm-ci/commit.txt, and
+importable stand-ins for the packages the runner's preflight checks (torch, transformers, ...).
+The fake host's render nodes are mknod'ed; every container carries this run's job label and none is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rocmci import labels as label
+from tests.conftest import SHARED_VLLM, run_invoke
+from tests.integration.helpers import fake_host  # noqa: F401 - a fixture
+
+RUNNER = SHARED_VLLM / "buildkite" / "scripts" / "hardware_ci" / "run-amd-test.sh"
+TEST_LABEL = "rocmci-test.runner-runs"
+STEPS = """\
+steps:
+- label: Runner Docker Path
+  agent_pool: mi250_2
+  mirror_hardwares: [amdproduction]
+  num_gpus: 2
+  source_file_dependencies: [vllm/]
+  commands:
+  - ls /dev/dri && echo runner-ran-in-$$(cat /opt/vllm-ci/commit.txt)
+- label: Runner Native Pipe
+  agent_pool: mi300_1
+  mirror_hardwares: [amdproduction]
+  dind: false
+  no_gpu: true
+  source_file_dependencies: [vllm/]
+  commands:
+  - echo native-ran && false | true
+"""
+# What the runner's preflight imports, as empty packages with metadata (im.version needs a dist-info).
+PACKAGES = {
+    "torch": ("utils/model_zoo",),
+    "transformers": ("models/nomic_bert/__init__",),
+    "ray": ("dag/__init__",),
+    "sympy": ("physics/__init__",),
+    "markupsafe": ("_speedups",),
+    "vllm": (),
+}
+
+
+@pytest.fixture(scope="module")
+def ci_image(engine, python_image, tmp_path_factory):
+    context = tmp_path_factory.mktemp("ci-image")
+    site = context / "site"
+    for name, modules in PACKAGES.items():
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text("")
+        for module in modules:
+            path = site / name / f"{module}.py"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("")
+            (path.parent / "__init__.py").touch()
+        meta = site / f"{name}-0.0.0.dist-info"
+        meta.mkdir()
+        (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.0\n")
+    (context / "workspace" / "tests").mkdir(parents=True)
+    (context / "Dockerfile").write_text(
+        f"FROM {python_image}\n"
+        "COPY site/ /usr/local/lib/python3.11/dist-packages/\n"
+        "COPY workspace/ /opt/vllm-ci/workspace/\n"
+        "RUN ln -s /usr/bin/python3 /usr/local/bin/python && echo 1234567890abcdef > /opt/vllm-ci/commit.txt\n"
+        f"LABEL {TEST_LABEL}=1\n"
+    )
+    tag = f"rocmci-test/runner-ci:{uuid.uuid4().hex[:8]}"
+    done = subprocess.run([engine.client, "build", "--network", "none", "-q", "-t", tag, str(context)],
+                          env=engine.build_env, capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    yield tag
+    engine.cli("rmi", "-f", tag, check=False)
+
+
+@pytest.fixture
+def checkout(tmp_path) -> Path:
+    root = tmp_path / "vllm"
+    (root / ".buildkite/scripts/hardware_ci").mkdir(parents=True)
+    shutil.copyfile(RUNNER, root / ".buildkite/scripts/hardware_ci/run-amd-test.sh")
+    (root / ".buildkite" / "test-amd.yaml").write_text(STEPS)
+    (root / "docker").mkdir()
+    shutil.copyfile(SHARED_VLLM / "docker" / "Dockerfile.rocm", root / "docker" / "Dockerfile.rocm")
+    (root / "setup.py").write_text("")
+    git = ["git", "-C", str(root), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    return root
+
+
+@pytest.fixture
+def host(fake_host, tmp_path) -> Path:  # noqa: F811 - the fixture above
+    """The fake GPU host, with a render group (the runner looks it up with getent)."""
+    root = tmp_path / "host"
+    shutil.copytree(fake_host / "sys", root / "sys")
+    (root / "dev/dri").mkdir(parents=True)
+    for node in [fake_host / "dev/kfd", *(fake_host / "dev/dri").iterdir()]:
+        os.mknod(root / node.relative_to(fake_host), 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    (root / "etc").mkdir(exist_ok=True)
+    (root / "etc/group").write_text("render:x:4711:\n")
+    return root
+
+
+def run_step(checkout: Path, host: Path, image: str, tmp: Path, label_: str):
+    env = {"ROCMCI_RESULTS_DIR": str(tmp / "results"), "ROCMCI_HF_CACHE": str(tmp / "hf"),
+           "ROCMCI_RUN_NETWORK": "none"}  # fmt: skip
+    return run_invoke("run.step", "--step", label_, "--vllm-src", str(checkout), "--host-root", str(host),
+                      "--image", image, "--json", "--skip-preflight", env=env, cwd=tmp)  # fmt: skip
+
+
+def left(engine) -> list[str]:
+    return engine.containers(label.JOB)
+
+
+def test_a_docker_path_step_runs_in_the_container_the_runner_starts(engine, ci_image, checkout, host, tmp_path):
+    done = run_step(checkout, host, ci_image, tmp_path, "Runner Docker Path")
+    (result,) = json.loads(done.stdout)["results"]
+    assert done.returncode == 0 and result["outcome"] == "passed", done.stderr[-2000:]
+    (log,) = [p.read_text() for p in (tmp_path / "results").glob("step-*.log")]
+    assert "renderD128\nrenderD129" in log  # both GPUs of an agent of amd_mi250_2, by the runner's --device
+    assert "runner-ran-in-1234567890abcdef" in log and "--- Single-node job" in log
+    assert not [c for c in left(engine) if c]
+
+
+def test_a_native_step_runs_as_its_pod_and_fails_on_a_failing_pipe(engine, ci_image, checkout, host, tmp_path):
+    done = run_step(checkout, host, ci_image, tmp_path, "Runner Native Pipe")
+    (result,) = json.loads(done.stdout)["results"]
+    (log,) = [p.read_text() for p in (tmp_path / "results").glob("step-*.log")]
+    assert "Native in-pod ROCm CI" in log and "native-ran" in log, log[-2000:]
+    assert result["outcome"] == "failed" and done.returncode != 0  # pipefail: `false | true` fails in CI
+    assert not left(engine)
+
+
+def test_a_client_that_starts_no_container_is_no_pass(ci_image, checkout, host, tmp_path):
+    env = {"ROCMCI_RESULTS_DIR": str(tmp_path / "results"), "ROCMCI_HF_CACHE": str(tmp_path / "hf"),
+           "ROCMCI_DOCKER": "/bin/true"}  # fmt: skip
+    done = run_invoke("run.step", "--step", "Runner Docker Path", "--vllm-src", str(checkout), "--host-root", str(host),
+                      "--image", ci_image, "--json", "--skip-preflight", env=env, cwd=tmp_path)  # fmt: skip
+    (result,) = json.loads(done.stdout)["results"]
+    assert result["outcome"] != "passed" and done.returncode != 0, done.stdout
