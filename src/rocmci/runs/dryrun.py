@@ -95,6 +95,41 @@ def dry_run_lines(prepared: Prepared, engine: Engine | None, opts: RunOptions | 
     return lines
 
 
+def dry_run_json(prepared: Prepared, engine: Engine | None, opts: RunOptions | None = None, environ=None) -> dict:
+    """What --dry-run --json prints: the same commands as words, redacted as the text form is."""
+    import os
+
+    redact = ValueRedactor(opts, os.environ if environ is None else environ)
+    client = "docker"
+    if engine is not None:
+        try:
+            client = engine.client
+        except Exception:  # noqa: BLE001 - a dry run must print even without a docker client
+            client = "docker"
+    runs = []
+    for planned in prepared.runs:
+        if planned.shown:
+            argv = list(planned.shown)
+        elif planned.spec is not None:
+            argv = ctr.run_argv(planned.spec, client)
+        else:
+            argv = list(planned.workload.argv)
+        runs.append(
+            {
+                "name": redact.word(planned.workload.name),
+                "gpus": [g.index for g in planned.gpus],
+                "argv": redact.argv(argv),
+                "env": [redact.assignment(f"{k}={v}") for k, v in planned.env.items()],
+            }
+        )
+    return {
+        "dry_run": True,
+        "warnings": [redact.word(w) for w in prepared.warnings],
+        "notes": [redact.word(n) for n in prepared.notes],
+        "runs": runs,
+    }
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 

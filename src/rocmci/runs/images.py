@@ -19,7 +19,7 @@ from pathlib import Path
 from rocmci import labels as label
 from rocmci import verify
 from rocmci.engine import Engine
-from rocmci.errors import EngineError, UsageError
+from rocmci.errors import EngineError, PreflightError, UsageError
 from rocmci.runs import container as ctr
 
 # The template's amd_ci_image and amd_native_base_image, with the build's id filled in (tested against
@@ -109,10 +109,20 @@ def facts(engine: Engine, image: str, labels: Mapping[str, str]) -> ImageFacts:
 
 
 def ensure(
-    engine: Engine, image: str, *, pull: bool, dry_run: bool, out: Callable[[str], None]
+    engine: Engine, image: str, *, pull: bool, dry_run: bool, out: Callable[[str], None], local_only: bool = False
 ) -> dict[str, str] | None:
-    """The image's labels, pulling it first when asked or missing (not in a dry run); None if it is not there."""
+    """The image's labels, pulling it first when asked or missing (not in a dry run); None if it is not there.
+
+    local_only: the tag `image.build` gives, which no registry holds: missing, it is built, not pulled."""
     labels = engine.image_labels(image)
+    if labels is None and local_only and not pull:
+        if dry_run:
+            out(f"rocmci: dry run: {image} is not here; it is the tag `rocmci image.build` gives (not pulled)")
+            return None
+        raise PreflightError(
+            f"image {image} is not here: it is the tag `rocmci image.build` gives, which no registry holds",
+            hint="build it with `rocmci image.build`, or run the CI image of a build with --build-id N (or --image)",
+        )
     if dry_run:
         if pull or labels is None:
             out(f"rocmci: dry run: would pull {image}" + ("" if labels is None else " (present, --pull given)"))

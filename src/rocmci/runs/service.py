@@ -66,6 +66,7 @@ def run_options(v, s, native: bool = False):
         strict=v.strict,
         env=v.env.as_dict(),
         public=v.public,
+        image_local_only=not (v.image or getattr(v, "build_id", None) or s.image),
     )
 
 
@@ -141,14 +142,23 @@ def _run(workloads, opts, registry, as_json: bool, engine, notes=(), pull: bool 
         notes = [*_ensure_image(engine, opts, pull), *notes]
     prepared = execute.prepare(workloads, opts, None if opts.no_container else engine, notes)
     if opts.dry_run:
-        print("\n".join(execute.dry_run_lines(prepared, engine, opts)))
-        _eprint("dry run: nothing was started")
-        return 0
+        return _print_dry_run(prepared, engine, opts, as_json)
     for note in prepared.notes:
         _eprint(redact(f"rocmci: {note}"))
     out = _eprint if as_json else print
     results = execute.execute(prepared, opts, engine, registry, out=out)
     return execute.report(results, opts, as_json, prepared.notes, prepared.files, redact)
+
+
+def _print_dry_run(prepared, engine, opts, as_json: bool) -> int:
+    from rocmci.runs import dryrun
+
+    if as_json:
+        print(to_json(dryrun.dry_run_json(prepared, engine, opts)))
+    else:
+        print("\n".join(dryrun.dry_run_lines(prepared, engine, opts)))
+    _eprint("dry run: nothing was started")
+    return 0
 
 
 def _probe_example(engine, opts) -> str:
@@ -182,7 +192,7 @@ def _ensure_image(engine, opts, pull: bool) -> list[str]:
     said: list[str] = []
     try:
         out = said.append if opts.dry_run else _eprint
-        images.ensure(engine, opts.image, pull=pull, dry_run=opts.dry_run, out=out)
+        images.ensure(engine, opts.image, pull=pull, dry_run=opts.dry_run, out=out, local_only=opts.image_local_only)
     except EngineError:
         if not opts.dry_run:
             raise
@@ -413,9 +423,7 @@ def _run_prepared(prepared, opts, registry, as_json: bool, engine, pull: bool) -
     if not opts.no_container:
         prepared.notes[:0] = _ensure_image(engine, opts, pull)
     if opts.dry_run:
-        print("\n".join(execute.dry_run_lines(prepared, engine, opts)))
-        _eprint("dry run: nothing was started")
-        return 0
+        return _print_dry_run(prepared, engine, opts, as_json)
     for note in prepared.notes:
         _eprint(redact(f"rocmci: {note}"))
     out = _eprint if as_json else print

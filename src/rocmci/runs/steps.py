@@ -105,18 +105,36 @@ def find(steps: Sequence[Step], query: str, filename: str) -> Step:
     )
 
 
+MAX_PARALLELISM = 256  # jobs one box runs one after the other; more is a typo or a job for Buildkite
+
+
+def parallelism(step: Step) -> int | None:
+    """The step's parallelism as a count, or a one-line refusal: text, a fraction, a list, a bool, 0 or less."""
+    raw = step.parallelism
+    if raw is None or raw == "" or raw is False:
+        return None
+    text = str(raw).strip()
+    if isinstance(raw, bool) or not text.isdigit() or not 1 <= int(text) <= MAX_PARALLELISM:
+        raise UsageError(
+            f"step {step.label!r} ({step.origin}) has parallelism {text[:40]!r}: not a count of jobs 1..{MAX_PARALLELISM}",
+            hint="fix it in the step file (`rocmci pipeline.validate` shows what Buildkite makes of it)",
+        )
+    return int(text)
+
+
 def jobs(step: Step, parallel_job: int | None) -> list[int | None]:
     """Which of the step's parallel jobs to run: the one asked for, else all of them one after the other."""
-    if not step.parallelism:
+    count = parallelism(step)
+    if count is None:
         if parallel_job not in (None, 0):
             raise UsageError(f"step {step.label!r} has no parallelism", hint="leave out --parallel-job")
         return [None]
     if parallel_job is None:
-        return list(range(step.parallelism))
-    if parallel_job >= step.parallelism:
+        return list(range(count))
+    if parallel_job >= count:
         raise UsageError(
-            f"--parallel-job {parallel_job}: step {step.label!r} has parallelism {step.parallelism}",
-            hint=f"give 0..{step.parallelism - 1}",
+            f"--parallel-job {parallel_job}: step {step.label!r} has parallelism {count}",
+            hint=f"give 0..{count - 1}",
         )
     return [parallel_job]
 
@@ -140,7 +158,7 @@ def workloads(step: Step, parallel_job: int | None, *, host: bool) -> list[wl.Wo
         argv = ("/bin/bash", "-c", f"{wl.PREFLIGHT} && {commands}")
     out = []
     for job in jobs(step, parallel_job):
-        env = wl.parallel_env(job, step.parallelism)
+        env = wl.parallel_env(job, parallelism(step))
         if step.gpus == 0:
             env["VLLM_TARGET_DEVICE"] = "cpu"  # the runner's cpu_platform_env for a step without GPUs
         if not step.through_runner:

@@ -36,6 +36,7 @@ class RunOptions:
     strict: bool = False  # fail on what vLLM's runner lets pass: obsolete workarounds, no tests collected
     env: dict[str, str] = field(default_factory=dict)  # --env overrides, secrets included
     public: frozenset[str] = frozenset()  # --public: names whose values may be shown
+    image_local_only: bool = False  # the tag image.build gives (no --image, --build-id or setting): never pulled
 
 
 @dataclass(frozen=True)
