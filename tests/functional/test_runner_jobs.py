@@ -249,8 +249,14 @@ def check_pod(reference: dict, ours: st.Step, checkout: Path, tmp: Path) -> None
 
 
 def dry_run(checkout: Path, tmp: Path, *args: str):
-    env = {"ROCMCI_RESULTS_DIR": str(tmp / "results"), "ROCMCI_HF_CACHE": str(tmp / "hf"), "DOCKER_HOST": "unix:///nonexistent"}
-    return run_invoke("run.step", "--vllm-src", str(checkout), "--host-root", str(tmp), "--dry-run", *args, env=env, cwd=tmp)
+    env = {
+        "ROCMCI_RESULTS_DIR": str(tmp / "results"),
+        "ROCMCI_HF_CACHE": str(tmp / "hf"),
+        "DOCKER_HOST": "unix:///nonexistent",
+    }
+    return run_invoke(
+        "run.step", "--vllm-src", str(checkout), "--host-root", str(tmp), "--dry-run", *args, env=env, cwd=tmp
+    )
 
 
 def render_nodes(out: str) -> list[str]:

@@ -75,6 +75,9 @@ def dry_run_lines(prepared: Prepared, engine: Engine | None, opts: RunOptions | 
         if workload.workarounds:
             lines.append(_comment(f"workarounds from the registry: {', '.join(workload.workarounds)}"))
         if planned.shown:
+            # The job's env as the agent hands it to the runner (the step's own env is listed above).
+            lines.append("# job env:")
+            lines += [_comment(f"  {redact.assignment(f'{k}={v}')}") for k, v in planned.env.items()]
             lines.append(shell_lines(redact.argv(planned.shown)))
             continue
         if planned.spec is not None:

@@ -45,6 +45,7 @@ RUNNER_DIFFERENCES = {
     "a local image is used as it is",
     "HOME": "a folder under results/agent, whose huggingface/ is the hf_cache setting "
     "(the runner mounts ~/huggingface)",
+    "--env NAME": "each --env NAME=VALUE given to rocmci reaches the container by name (its value is never printed)",
     "checkout": "the job runs in results/jobs/<job id>/checkout, whose entries link to your checkout: what the runner "
     "writes there (its failure diagnostics under artifacts/) lands in results, not in your checkout",
 }
@@ -62,6 +63,7 @@ class Place:
     root: Path = Path("/")  # --host-root: a stand-in host's /dev and /etc/group
     client: str = "docker"
     network: str | None = "host"
+    given: tuple[tuple[str, str], ...] = ()  # --env NAME=VALUE: to the container by name
 
 
 def runner_of(checkout: Path) -> Path | None:
@@ -84,6 +86,10 @@ def render_gid(root: Path) -> str | None:
     return None
 
 
+def job_checkout(place: Place, job_id: str) -> Path:
+    return place.results / "jobs" / job_id / "checkout"
+
+
 def shadow_checkout(checkout: Path, folder: Path) -> Path:
     """A folder whose entries link to the checkout's (all but artifacts/): the runner reads the checkout's
     files, and what it writes below its checkout root stays here."""
@@ -102,6 +108,7 @@ def agent_env(job: Job, place: Place, work: Path, checkout: Path, render: str, *
     job_dir = place.results / "jobs" / job.env.get("BUILDKITE_JOB_ID", "job")
     env = {k: v for k, v in environ.items() if not k.startswith(_NOT_INHERITED)}
     env.update(job.env)
+    env.update(dict(place.given))
     env.update(
         {
             "HOME": str(agent_dir / "home"),
@@ -116,6 +123,7 @@ def agent_env(job: Job, place: Place, work: Path, checkout: Path, render: str, *
             "ROCMCI_RESULTS": str(place.results),
             "ROCMCI_AGENT_DIR": str(job_dir / "agent"),
             "ROCMCI_DOCKER": place.client,
+            "ROCMCI_PASS_ENV": " ".join(name for name, _ in place.given),
         }
     )
     if place.root != Path("/"):
@@ -195,7 +203,7 @@ def run_on_host(job: Job, place: Place, render: str, engine: Engine, *, timeout:
     started = time.time()
     _home(place)
     job_id = job.env.get("BUILDKITE_JOB_ID", "")
-    checkout = shadow_checkout(place.checkout, place.results / "jobs" / job_id / "checkout")
+    checkout = shadow_checkout(place.checkout, job_checkout(place, job_id))
     with tempfile.TemporaryDirectory(prefix="rocmci-job-") as scratch:
         work = Path(scratch)
         standins.write(work / "bin", host_tools=place.root != Path("/"))

@@ -366,7 +366,10 @@ def step(v) -> int:
     if not v.source and s.origin("source") == "default" and s.vllm_src and not path.is_file():
         path, what = Path(s.vllm_src) / ".buildkite" / "test-amd.yaml", "the vLLM checkout (vllm_src)"
     src = srcmod.load_source(path, display_name(path, s.workspace), what=what)
-    chosen = st.find(st.generated_steps(src, s.mirror_hw, s.ci_image), v.step, src.filename)
+    generated = st.generated_steps(st.candidates(src, v.step), s.mirror_hw, s.ci_image)
+    if not generated:  # matching steps that this mirror does not render: the whole file, for "did you mean"
+        generated = st.generated_steps(src, s.mirror_hw, s.ci_image)
+    chosen = st.find(generated, v.step, src.filename)
     opts = run_options(v, s, native=chosen.native)
     engine, registry = Engine(s.docker), _registry(s)
     checkout = _vllm_src(s)
@@ -374,7 +377,7 @@ def step(v) -> int:
         return _step_without_runner(v, chosen, opts, engine, registry, checkout)
     timeout = float(v.timeout) if v.timeout else None
     place = jobs.Place(checkout, opts.results_dir.resolve(), opts.hf_cache, opts.host_root, _client(engine),
-                       opts.network)  # fmt: skip
+                       opts.network, tuple(opts.env.items()))  # fmt: skip
     job_opts = RunOptions_with(opts, timeout=timeout or 60.0 * _job_minutes(chosen))
     where = stepjobs.checkout_of(checkout)
     if chosen.native and not opts.no_container:

@@ -29,8 +29,11 @@ DOCKER = (
     "    fi\n"
     '    args+=("$word"); prev="$word"\n'
     "  done\n"
+    "  given=()\n"
+    "  # --env NAME=VALUE given to rocmci: by name, the value stays in this environment.\n"
+    '  for name in ${ROCMCI_PASS_ENV:-}; do given+=(--env "$name"); done\n'
     '  set -- "${ROCMCI_DOCKER:-docker}" run --cidfile "$ROCMCI_CIDFILE" --label rocmci.managed=1 \\\n'
-    '    --label "rocmci.job=$ROCMCI_JOB" --volume "$ROCMCI_RESULTS:/rocmci-results" "${args[@]}"\n'
+    '    --label "rocmci.job=$ROCMCI_JOB" --volume "$ROCMCI_RESULTS:/rocmci-results" "${given[@]}" "${args[@]}"\n'
     '  rec exec "$@"\n'
     '  [[ "${ROCMCI_MODE:-}" == trace ]] && exit "${ROCMCI_TRACE_EXIT:-0}"\n'
     '  exec "$@"\n'

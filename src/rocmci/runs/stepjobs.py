@@ -8,9 +8,11 @@ with the same logging, redaction, retry and outcome rules as every run task.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import subprocess
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,7 +111,9 @@ def plan(
     notes: list[str] = []
     runs: list[PlannedRun] = []
     for number in step_jobs(step, parallel_job):
-        job = agent.job(step.data, parallel_job=number, ids=ids, checkout=str(where.checkout))
+        ids = dataclasses.replace(ids, job_id=str(uuid.uuid4()))  # each parallel job is a job of its own
+        # Where the job runs: results/jobs/<job id>/checkout, whose entries link to the checkout (runs/jobs.py).
+        job = agent.job(step.data, parallel_job=number, ids=ids, checkout=str(jobs.job_checkout(place, ids.job_id)))
         job = _with_image(job, opts.image, image_given or build_id is None)
         name = f"step {step.label}" + (f" job {number}/{step.parallelism}" if number is not None else "")
         workload = wl.Workload(name, "step", (*agent.AGENT_SHELL, job.command), gpus=job.gpus,

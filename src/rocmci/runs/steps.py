@@ -46,6 +46,34 @@ class Step:
         return "deepep" in self.test_commands.lower() or "deep_ep" in self.test_commands
 
 
+def candidates(src, query: str):
+    """The step file with only the steps `query` may name (label, "pool: label", key, part of a label), so
+    one step is generated, not the whole file; the file itself when none matches (for "did you mean")."""
+    import copy
+
+    from rocmci.pipeline import amdsteps, generate
+
+    q = query.strip()
+    folded = q.casefold()
+
+    def names(step) -> tuple[str, str, str]:
+        label = amdsteps.rust_text(step.data.get("label"))
+        pool = step.data.get("agent_pool")
+        shown = f"{amdsteps.rust_text(pool)}: {label}" if pool else label
+        return label, shown, generate.slug(step)
+
+    hits = []
+    for step in src.steps:
+        label, shown, key = names(step)
+        if q in (label, shown, key, f"block-{key}") or folded in shown.casefold():
+            hits.append(step)
+    if not hits:
+        return src
+    subset = copy.copy(src)
+    subset.steps = hits
+    return subset
+
+
 def generated_steps(src, mirror_hw: str, ci_image: str) -> list[Step]:
     """Every test step the template renders for this mirror, as the generator writes it (run_all: no gates)."""
     from rocmci.pipeline import amdsteps, generate
