@@ -226,8 +226,10 @@ def check_pod(reference: dict, ours: st.Step, checkout: Path, tmp: Path) -> None
     spec = reference["plugins"][0]["kubernetes"]["podSpecPatch"]
     container = spec["containers"][0]
     gpus = int(container["resources"]["limits"]["amd.com/gpu"])
-    host = podmod.Host("docker", "pod-1", "node-1", tuple(stepjobs.stand_in_gpus(job.gpus)), Path("/"),
-                       str(checkout), str(tmp / "r"), str(tmp / "hf"), str(tmp / "bk"), "host", str(tmp / "cid"), JOB)  # fmt: skip
+    host = podmod.Host(
+        "docker", "pod-1", "node-1", tuple(stepjobs.stand_in_gpus(job.gpus)), Path("/"), str(checkout),
+        str(tmp / "r"), str(tmp / "hf"), str(tmp / "bk"), "host", str(tmp / "cid"), JOB,
+    )  # fmt: skip
     argv = podmod.run_argv(job, host)
     assert argv[-4:] == [*agent.AGENT_SHELL, reference["command"]]
     assert argv[-5] == agent.interpolate(container["image"], {"BUILDKITE_BUILD_ID": BUILD})
@@ -243,9 +245,10 @@ def check_pod(reference: dict, ours: st.Step, checkout: Path, tmp: Path) -> None
     renders = [argv[i + 1] for i, w in enumerate(argv) if w == "--device" and "renderD" in argv[i + 1]]
     assert len(renders) == gpus
     assert ("/dev/kfd" in argv) == (gpus > 0)
-    for key in ("BUILDKITE_BUILD_ID", "BUILDKITE_JOB_ID", "BUILDKITE_LABEL", "BUILDKITE_COMMAND"):
-        assert envs[key] == {"BUILDKITE_BUILD_ID": BUILD, "BUILDKITE_JOB_ID": JOB, "BUILDKITE_LABEL": reference["label"],
-                             "BUILDKITE_COMMAND": reference["command"]}[key]  # fmt: skip
+    agent_given = {"BUILDKITE_BUILD_ID": BUILD, "BUILDKITE_JOB_ID": JOB, "BUILDKITE_LABEL": reference["label"],
+                   "BUILDKITE_COMMAND": reference["command"]}  # fmt: skip
+    for key, value in agent_given.items():
+        assert envs[key] == value, key
 
 
 def dry_run(checkout: Path, tmp: Path, *args: str):

@@ -144,7 +144,8 @@ def parallelism(step: Step) -> int | None:
     text = str(raw).strip()
     if isinstance(raw, bool) or not text.isdigit() or not 1 <= int(text) <= MAX_PARALLELISM:
         raise UsageError(
-            f"step {step.label!r} ({step.origin}) has parallelism {text[:40]!r}: not a count of jobs 1..{MAX_PARALLELISM}",
+            f"step {step.label!r} ({step.origin}) has parallelism {text[:40]!r}: "
+            f"not a count of jobs 1..{MAX_PARALLELISM}",
             hint="fix it in the step file (`rocmci pipeline.validate` shows what Buildkite makes of it)",
         )
     return int(text)
