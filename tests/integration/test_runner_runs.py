@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 
 from rocmci import labels as label
-from tests.conftest import SHARED_VLLM, run_invoke
+from tests.conftest import REPO, SHARED_VLLM, run_invoke
 from tests.integration.helpers import fake_host  # noqa: F401 - a fixture
 
 RUNNER = SHARED_VLLM / "buildkite" / "scripts" / "hardware_ci" / "run-amd-test.sh"
 TEST_LABEL = "rocmci-test.runner-runs"
+STANDIN_WORKSPACE = REPO / "tests" / "data" / "standin" / "vllm-workspace"
 STEPS = """\
 steps:
 - label: Runner Docker Path
@@ -41,6 +42,13 @@ steps:
   source_file_dependencies: [vllm/]
   commands:
   - echo native-ran && false | true
+- label: Runner DeepEP MoE
+  agent_pool: mi250_4
+  mirror_hardwares: [amdproduction]
+  num_gpus: 4
+  source_file_dependencies: [vllm/]
+  commands:
+  - pytest -v -s kernels/moe/test_deepep_moe.py
 """
 # What the runner's preflight imports, as empty packages with metadata (im.version needs a dist-info).
 PACKAGES = {
@@ -68,13 +76,21 @@ def ci_image(engine, python_image, tmp_path_factory):
         meta = site / f"{name}-0.0.0.dist-info"
         meta.mkdir()
         (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.0\n")
-    (context / "workspace" / "tests").mkdir(parents=True)
+    # The runner's PYTEST_ADDOPTS name pytest-timeout's --timeout-method: a stand-in plugin takes it.
+    (site / "pytest_timeout.py").write_text(
+        "def pytest_addoption(parser):\n    parser.addoption('--timeout-method')\n    parser.addoption('--timeout')\n"
+    )
+    plugin = site / "pytest_timeout-0.0.0.dist-info"
+    plugin.mkdir()
+    (plugin / "METADATA").write_text("Metadata-Version: 2.1\nName: pytest-timeout\nVersion: 0.0.0\n")
+    (plugin / "entry_points.txt").write_text("[pytest11]\ntimeout = pytest_timeout\n")
+    shutil.copytree(STANDIN_WORKSPACE, context / "workspace")  # the stand-in DeepEP test module, as CI stages it
     (context / "Dockerfile").write_text(
         f"FROM {python_image}\n"
         "COPY site/ /usr/local/lib/python3.11/dist-packages/\n"
         "COPY workspace/ /opt/vllm-ci/workspace/\n"
         "RUN ln -s /usr/bin/python3 /usr/local/bin/python && echo 1234567890abcdef > /opt/vllm-ci/commit.txt\n"
-        f"LABEL {TEST_LABEL}=1\n"
+        f'LABEL {TEST_LABEL}=1 rocmci.arch="gfx942;gfx950"\n'
     )
     tag = f"rocmci-test/runner-ci:{uuid.uuid4().hex[:8]}"
     done = subprocess.run([engine.client, "build", "--network", "none", "-q", "-t", tag, str(context)],
@@ -150,3 +166,23 @@ def test_a_client_that_starts_no_container_is_no_pass(ci_image, checkout, host, 
                       "--image", ci_image, "--json", "--skip-preflight", env=env, cwd=tmp_path)  # fmt: skip
     (result,) = json.loads(done.stdout)["results"]
     assert result["outcome"] != "passed" and done.returncode != 0, done.stdout
+
+
+def test_the_moe_tests_run_as_jobs_of_their_step_with_its_agents_gpus(engine, ci_image, checkout, host, tmp_path):
+    env = {"ROCMCI_RESULTS_DIR": str(tmp_path / "results"), "ROCMCI_HF_CACHE": str(tmp_path / "hf"),
+           "ROCMCI_RUN_NETWORK": "none"}  # fmt: skip
+    done = run_invoke("run.moe-tests", "--mode", "high-throughput", "--vllm-src", str(checkout), "--host-root",
+                      str(host), "--image", ci_image, "--json", "--skip-preflight", "-e", "STANDIN_MODE=pass",
+                      env=env, cwd=tmp_path)  # fmt: skip
+    (result,) = json.loads(done.stdout)["results"]
+    assert done.returncode == 0 and result["outcome"] == "passed", done.stderr[-2000:]
+    assert "as jobs of step 'mi250_4: Runner DeepEP MoE' through vLLM's runner" in done.stderr
+    rows = [
+        json.loads(line) for p in (tmp_path / "results" / "reports").glob("*") for line in p.read_text().splitlines()
+    ]
+    # All four GPUs of an amd_mi250_4 agent, as the runner hands them over (the tests themselves use two).
+    assert rows and all(r["devices"]["dri"] == [f"renderD{128 + i}" for i in range(4)] for r in rows)
+    assert all(r["env"]["ROCPROFILER_REGISTER_ENABLED"] == "0" for r in rows)  # the mode's workaround
+    (log,) = [p.read_text() for p in (tmp_path / "results").glob("moe-*.log")]
+    assert "--- Single-node job" in log  # through the runner's docker path
+    assert not left(engine)

@@ -161,6 +161,36 @@ def _print_dry_run(prepared, engine, opts, as_json: bool) -> int:
     return 0
 
 
+def _as_jobs(v, s, src, found, workloads, opts, engine, registry, notes, pull: bool | None = False) -> int | None:
+    """The DeepEP workloads as jobs of the step they follow, through the checkout's runner (or the step's
+    pod): the step's GPUs and container, the workload's commands. None where that cannot be (no runner in
+    the checkout, --no-container): the caller runs them as rocmci's own containers."""
+    import dataclasses
+
+    from rocmci.runs import jobs, stepjobs
+    from rocmci.runs import steps as st
+
+    checkout = _vllm_src(s)
+    if opts.no_container or checkout is None or jobs.runner_of(checkout) is None:
+        return None
+    generated = st.generated_steps(st.candidates(src, found.step_label), s.mirror_hw, s.ci_image)
+    step = next((g for g in generated if g.source_label == found.step_label and g.origin == found.origin), None)
+    if step is None:  # the step is not rendered for this mirror: there is no CI job to follow
+        return None
+    place = jobs.Place(checkout, opts.results_dir.resolve(), opts.hf_cache, opts.host_root, _client(engine),
+                       opts.network, tuple(opts.env.items()))  # fmt: skip
+    where = stepjobs.checkout_of(checkout)
+    if step.native:
+        where = stepjobs.image_commit(where, engine, opts.image)
+    job_opts = dataclasses.replace(opts, timeout=float(v.timeout) if v.timeout else 60.0 * _job_minutes(step))
+    prepared = stepjobs.plan_workloads(
+        step, workloads, job_opts, engine, where=where, build_id=getattr(v, "build_id", None),
+        image_given=bool(v.image), place=place,
+    )  # fmt: skip
+    prepared.notes[:0] = [*notes, f"as jobs of step {step.label!r} through vLLM's runner ({jobs.RUNNER})"]
+    return _run_prepared(prepared, job_opts, registry, v.json, engine, bool(pull))
+
+
 def _probe_example(engine, opts) -> str:
     """The DP example's path in this vLLM: it moved to examples/features/ in April 2026."""
     from rocmci.runs import container as ctr
@@ -267,6 +297,10 @@ def dp_example(v) -> int:
         model=v.model, tp=v.tp, dp=v.dp, max_model_len=v.max_model_len, backend=v.backend, extra=v.extra,
         example=example, flags=flags, env=env,
     )  # fmt: skip
+    if found is not None:
+        code = _as_jobs(v, s, src, found, [workload], opts, engine, registry, notes, pull=None)
+        if code is not None:
+            return code
     return _run([workload], opts, registry, v.json, engine, notes, None)
 
 
@@ -293,6 +327,10 @@ def moe_tests(v) -> int:
         results_path=results_path, obsolete=obsolete, color=terminal_mode(sys.stdout).colour and not v.json,
         **target,
     )  # fmt: skip
+    if found is not None and v.shards == 1:
+        code = _as_jobs(v, s, src, found, workloads, opts, engine, registry, notes)
+        if code is not None:
+            return code
     return _run(workloads, opts, registry, v.json, engine, notes, v.pull)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import shlex
 import subprocess
 import uuid
 from collections.abc import Sequence
@@ -134,6 +135,49 @@ def plan(
         f"commit {where.commit[:12]}, image {image}"
     )
     return Prepared([[r] for r in runs], warnings, notes)
+
+
+def as_step_commands(workload: wl.Workload, workdir: str) -> str:
+    """A workload as the commands of a step (VLLM_TEST_COMMANDS, which the runner hands to bash -c): its
+    env exported and its argv quoted word by word, so the shell sees exactly the argv."""
+    exports = [f"export {k}={shlex.quote(v)}" for k, v in workload.env.items()]
+    return " && ".join(
+        ["(command rocm-smi || true)", f"cd {shlex.quote(workdir)}", *exports, shlex.join(workload.argv)]
+    )
+
+
+def plan_workloads(
+    step: Step,
+    workloads: Sequence[wl.Workload],
+    opts: RunOptions,
+    engine: Engine | None,
+    *,
+    where: Where,
+    build_id: str | None,
+    image_given: bool,
+    place: jobs.Place,
+) -> Prepared:
+    """DeepEP workloads as jobs of the step they follow: each the step's job (its queue's GPUs, its pod or
+    the runner's container) with the workload's commands in place of the step's."""
+    ids = agent.Ids.new(build_id, where.commit, where.branch)
+    runs: list[PlannedRun] = []
+    for workload in workloads:
+        ids = dataclasses.replace(ids, job_id=str(uuid.uuid4()))
+        data = {
+            **step.data,
+            "env": {**step.data.get("env", {}), "VLLM_TEST_COMMANDS": as_step_commands(workload, wl.WORKSPACE)},
+        }
+        data.pop("parallelism", None)
+        job = agent.job(data, parallel_job=None, ids=ids, checkout=str(jobs.job_checkout(place, ids.job_id)))
+        job = _with_image(job, opts.image, image_given or build_id is None)
+        as_job = dataclasses.replace(
+            workload, gpus=job.gpus, about=(f"{workload.name}: a job of step {step.label!r} ({step.origin})",)
+        )
+        runs.append(_planned(step, job, as_job, opts, engine, place))
+    image = _image_of(runs[0], opts)
+    checked = dataclasses.replace(opts, image=image)
+    _, warnings = preflight([r.workload for r in runs], checked, engine, host_gpus(opts) if runs[0].gpus else [])
+    return Prepared([[r] for r in runs], warnings, [])
 
 
 def _with_image(job: agent.Job, image: str, override: bool) -> agent.Job:
