@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
+import sys
+import time
 import subprocess
 import uuid
 from pathlib import Path
@@ -24,6 +27,7 @@ from tests.integration.helpers import fake_host  # noqa: F401 - a fixture
 
 RUNNER = SHARED_VLLM / "buildkite" / "scripts" / "hardware_ci" / "run-amd-test.sh"
 TEST_LABEL = "rocmci-test.runner-runs"
+RUN_ID = uuid.uuid4().hex  # containers of this module's image carry its label with this value
 STANDIN_WORKSPACE = REPO / "tests" / "data" / "standin" / "vllm-workspace"
 STEPS = """\
 steps:
@@ -42,6 +46,12 @@ steps:
   source_file_dependencies: [vllm/]
   commands:
   - echo native-ran && false | true
+- label: Runner Sleep
+  agent_pool: mi250_1
+  mirror_hardwares: [amdproduction]
+  source_file_dependencies: [vllm/]
+  commands:
+  - echo sleeping-now && sleep 600
 - label: Runner DeepEP MoE
   agent_pool: mi250_4
   mirror_hardwares: [amdproduction]
@@ -90,7 +100,7 @@ def ci_image(engine, python_image, tmp_path_factory):
         "COPY site/ /usr/local/lib/python3.11/dist-packages/\n"
         "COPY workspace/ /opt/vllm-ci/workspace/\n"
         "RUN ln -s /usr/bin/python3 /usr/local/bin/python && echo 1234567890abcdef > /opt/vllm-ci/commit.txt\n"
-        f'LABEL {TEST_LABEL}=1 rocmci.arch="gfx942;gfx950"\n'
+        f'LABEL {TEST_LABEL}={RUN_ID} rocmci.arch="gfx942;gfx950"\n'
     )
     tag = f"rocmci-test/runner-ci:{uuid.uuid4().hex[:8]}"
     done = subprocess.run([engine.client, "build", "--network", "none", "-q", "-t", tag, str(context)],
@@ -137,7 +147,8 @@ def run_step(checkout: Path, host: Path, image: str, tmp: Path, label_: str):
 
 
 def left(engine) -> list[str]:
-    return engine.containers(label.JOB)
+    """This module's containers (they inherit its image's label) that are still there."""
+    return engine.containers(f"{TEST_LABEL}={RUN_ID}")
 
 
 def test_a_docker_path_step_runs_in_the_container_the_runner_starts(engine, ci_image, checkout, host, tmp_path):
@@ -147,7 +158,7 @@ def test_a_docker_path_step_runs_in_the_container_the_runner_starts(engine, ci_i
     (log,) = [p.read_text() for p in (tmp_path / "results").glob("step-*.log")]
     assert "renderD128\nrenderD129" in log  # both GPUs of an agent of amd_mi250_2, by the runner's --device
     assert "runner-ran-in-1234567890abcdef" in log and "--- Single-node job" in log
-    assert not [c for c in left(engine) if c]
+    assert not left(engine)
 
 
 def test_a_native_step_runs_as_its_pod_and_fails_on_a_failing_pipe(engine, ci_image, checkout, host, tmp_path):
@@ -186,3 +197,29 @@ def test_the_moe_tests_run_as_jobs_of_their_step_with_its_agents_gpus(engine, ci
     (log,) = [p.read_text() for p in (tmp_path / "results").glob("moe-*.log")]
     assert "--- Single-node job" in log  # through the runner's docker path
     assert not left(engine)
+
+
+def test_ctrl_c_stops_the_runner_and_removes_its_container(engine, ci_image, checkout, host, tmp_path):
+    env = {**os.environ, "ROCMCI_RESULTS_DIR": str(tmp_path / "results"), "ROCMCI_HF_CACHE": str(tmp_path / "hf"),
+           "ROCMCI_RUN_NETWORK": "none"}  # fmt: skip
+    argv = [sys.executable, "-m", "invoke", "--search-root", str(REPO), "run.step", "--step", "Runner Sleep",
+            "--vllm-src", str(checkout), "--host-root", str(host), "--image", ci_image, "--skip-preflight"]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not left(engine) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert left(engine), f"the container never started (rocmci exit {proc.poll()})"
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=90)
+        assert proc.returncode == 130, err[-2000:]
+        assert not left(engine)
+        assert not subprocess.run(["pgrep", "-f", "sleeping-now"], capture_output=True).stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=60)
+        for name in left(engine):
+            engine.remove_container(name)
