@@ -13,15 +13,14 @@ import os
 import shutil
 import signal
 import stat
+import subprocess
 import sys
 import time
-import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
-from rocmci import labels as label
 from tests.conftest import REPO, SHARED_VLLM, run_invoke
 from tests.integration.helpers import fake_host  # noqa: F401 - a fixture
 
