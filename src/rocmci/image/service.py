@@ -190,6 +190,7 @@ def _builder(engine):
 
 
 def retarget(v) -> int:
+    from rocmci import packaged
     from rocmci.engine import Engine
     from rocmci.errors import EngineError, UsageError
     from rocmci.image import requests
@@ -216,7 +217,7 @@ def retarget(v) -> int:
         s, co, from_image=v.from_, from_identity=str((attrs or {}).get("Id") or v.from_), tag=v.tag, force=v.force,
         from_labels=dict(config.get("Labels") or {}) if attrs else None, from_workdir=config.get("WorkingDir") or "/",
     )  # fmt: skip
-    plan = retargetmod.plan_retarget(request, retargetmod.OVERLAY.read_text(encoding="utf-8"))
+    plan = retargetmod.plan_retarget(request, retargetmod.overlay_text())
     for note in plan.notes:
         eprint(f"note: {note}")
     if v.dry_run:
@@ -226,7 +227,7 @@ def retarget(v) -> int:
         _print_commands([
             (f"skipped when {plan.step.tag} carries its input hash",
              ["env", "DOCKER_BUILDKIT=1", *plan.step.argv(client)]),
-            ("then, inside the result:", plan.verify_argv(client)),
+            (f"then, inside the result, the verifier (copied from {packaged.VERIFIER}):", plan.verify_argv(client)),
         ])  # fmt: skip
         eprint(f"dry run: image {plan.step.tag}; nothing was built")
         return 0
