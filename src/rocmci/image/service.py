@@ -80,8 +80,8 @@ def build(v) -> int:
     from rocmci.errors import EngineError
     from rocmci.findings import WARNING
     from rocmci.image import check as checkmod
+    from rocmci.image import evidence, requests
     from rocmci.image import plan as planmod
-    from rocmci.image import requests
 
     s = _settings(
         v, vllm_arch=v.vllm_arch, deepep_ref=v.deepep_ref, rocshmem_ref=v.rocshmem_ref, base_image=v.base_image,
@@ -154,6 +154,9 @@ def build(v) -> int:
         for step in plan.steps:
             note = f"{step.target}: skipped when {step.tag} carries {label.INPUT_HASH}={step.input_hash}"
             commands.append((note, ["env", "DOCKER_BUILDKIT=1", *step.argv(client)]))
+            if step.deepep_check is not None:
+                commands.append((evidence.comment(step.tag, step.deepep_check),
+                                 evidence.argv(client, step.tag, step.deepep_check)))  # fmt: skip
             if step.push:
                 commands.append(("", step.push_argv(client)))
         _print_commands(commands)
