@@ -88,6 +88,14 @@ def test_an_installed_rocmci_plans_a_retarget_with_its_packaged_overlay(installe
     )
     assert "/opt/rocmci/verify_deepep.py \\\n    --expect gfx942" in done.stdout
     assert str(REPO) not in done.stdout + done.stderr and "Traceback" not in done.stderr
+    # image.build's evidence runs the same packaged verifier (fed on stdin) after each build of a DeepEP tier.
+    build = subprocess.run(
+        [str(python.parent / "rocmci"), "image.build", "--vllm-src", str(checkout), "-n"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    assert build.stdout.count(f"# then the DeepEP check (the verifier {docker / 'retarget' / 'verify_deepep.py'} ") == 2
+    assert str(REPO) not in build.stdout + build.stderr and "Traceback" not in build.stderr
 
 
 @pytest.mark.xfail(
