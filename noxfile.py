@@ -28,12 +28,12 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff, hadolint on rocmci's retarget overlay (docker/Dockerfile.retarget), and the arch-flow tests."""
+    """ruff, hadolint on rocmci's retarget overlay (src/rocmci/data/docker/Dockerfile.retarget), arch-flow tests."""
     if session.posargs:
         session.error("lint takes no `--` arguments; run ruff or hadolint directly for other options")
     _install(session, "lint", "test")
     session.run("ruff", "check", "src", "tests", "tasks.py", "noxfile.py", "benchmarks")
-    session.run("hadolint", "--config", "docker/hadolint.yaml", "docker/Dockerfile.retarget")
+    session.run("hadolint", "--config", ".hadolint.yaml", "src/rocmci/data/docker/Dockerfile.retarget")
     session.run("pytest", "-q", "tests/unit/test_dockerfile.py")
 
 

@@ -44,9 +44,13 @@ class Completed:
     stderr: str
 
 
-def _run(argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 60) -> Completed:
+def _run(
+    argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 60, input: str | None = None
+) -> Completed:
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=timeout, check=False)
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, env=env, timeout=timeout, check=False, input=input
+        )
     except FileNotFoundError:
         raise EngineError(
             f"docker client {argv[0]!r} not found", hint="install docker.io or set ROCMCI_DOCKER"
@@ -154,8 +158,9 @@ class Engine:
     def build_env(self) -> dict[str, str]:
         return {**os.environ, "DOCKER_BUILDKIT": "1"}
 
-    def cli(self, *args: str, timeout: float = 60, check: bool = True) -> Completed:
-        done = _run([self.client, *args], timeout=timeout)
+    def cli(self, *args: str, timeout: float = 60, check: bool = True, input: str | None = None) -> Completed:
+        """`docker ARGS`; `input` is its standard input (none otherwise)."""
+        done = _run([self.client, *args], timeout=timeout, input=input)
         if done.returncode != 0 and check:
             raise _engine_error(done.stderr) or EngineError(
                 f"`docker {' '.join(args[:2])}` failed: {done.stderr.strip().splitlines()[-1:] or ['no output']}"

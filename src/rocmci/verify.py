@@ -1,4 +1,4 @@
-"""The answer of docker/retarget/verify_deepep.py: the last line of its output that is a JSON object.
+"""The verifier's answer (packaged.VERIFIER, retarget/verify_deepep.py): the last line of its output that is JSON.
 
 One reading for both of its callers, retarget's check of a built image (image/retarget.py) and the
 run preflight's probe of an image's code objects (runs/images.py). A leaf: imports nothing of rocmci.

@@ -223,8 +223,13 @@ def test_image_build_dry_run_shows_the_exact_command():
     assert done.returncode == 0, done.stderr
     # The printed commands are shell text a user can paste: one per stage, continuation lines joined.
     commands = [shlex.split(line) for line in done.stdout.replace("\\\n", " ").splitlines() if line.strip()[:1] != "#"]
-    assert [argv[argv.index("--target") + 1] for argv in commands] == ["ci_base", "test"]
-    for argv in commands:
+    builds, checks = commands[0::2], commands[1::2]  # each build is followed by its DeepEP check (issue 31)
+    assert [argv[argv.index("--target") + 1] for argv in builds] == ["ci_base", "test"]
+    assert [(argv[1:5], argv[-4:]) for argv in checks] == [
+        (["run", "--rm", "-i", "--network"], [tag, "-", "--expect", "gfx942;gfx950"])
+        for tag in (builds[0][builds[0].index("--tag") + 1], builds[1][builds[1].index("--tag") + 1])
+    ]
+    for argv in builds:
         assert argv[:2] == ["env", "DOCKER_BUILDKIT=1"] and argv[3] == "build", argv
         build_args = [argv[i + 1] for i, word in enumerate(argv) if word == "--build-arg"]
         arch_args = [a for a in build_args if a.startswith("DEEPEP_ROCM_ARCH=")]

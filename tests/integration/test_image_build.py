@@ -80,6 +80,8 @@ def test_tiers_labels_and_one_arch_list_reaching_rocshmem_and_deepep(engine, sta
     tree, repo = standin
     assert f"built {repo}:ci-base-gfx942-gfx950-vllm-gfx90a-gfx942-gfx950 (ci_base)" in done.stderr
     assert f"built {tag} (test)" in done.stderr
+    for checked in (f"{repo}:ci-base-gfx942-gfx950-vllm-gfx90a-gfx942-gfx950", tag):  # evidence after each build
+        assert f"checked {checked}: DeepEP code objects for gfx942;gfx950, as requested" in done.stderr
     labels = engine.image_labels(tag)
     assert labels["rocmci.arch"] == "gfx942;gfx950" and labels["rocmci.vllm.arch"] == "gfx90a;gfx942;gfx950"
     assert labels["rocmci.deepep.ref"] == "standin-deepep-1" and labels["rocmci.rocshmem.ref"] == "standin-rocshmem-1"
@@ -109,6 +111,7 @@ def test_arch_only_change_reruns_rocshmem_and_deepep_and_no_vllm_compile(engine,
     assert not seen["ran"] & {"csrc-build", "build_vllm"}, seen
     assert {"csrc-build", "build_vllm"} <= seen["cached"]
     tag = f"{repo}:test-gfx950-vllm-gfx90a-gfx942-gfx950"
+    assert f"checked {tag}: DeepEP code objects for gfx950, as requested" in done.stderr
     assert read(engine, tag, "cat", "/opt/rocshmem/gpu-targets") == "gfx950"
     assert read(engine, tag, "python3", "-c", "import deep_ep; print(deep_ep.ARCHS)") == "gfx950"
 
@@ -125,6 +128,56 @@ def test_failing_step_is_named_with_its_log_tail(engine, standin, built, tmp_pat
     assert "exit code: 7" in last and "standin: compile error in csrc" in last
     assert "Traceback" not in done.stderr
     assert engine.image_labels(f"{repo}:broken") is None
+
+
+def test_a_deepep_built_for_gfx942_under_a_gfx950_request_fails_the_build_at_the_deepep_check(
+    engine, standin, built, tmp_path
+):
+    """The file passes the static arch check (a later ENV overrides DEEPEP_ROCM_ARCH in build_deepep, a class
+    issue 31 found it misses), so only the evidence can tell: the build fails and no tag keeps the lying labels."""
+    from rocmci.labels import MANAGED
+
+    tree, repo = standin
+    wrong = tmp_path / "vllm"
+    shutil.copytree(tree, wrong)
+    path = wrong / "docker" / "Dockerfile.rocm"
+    stage = "FROM build_rocshmem AS build_deepep\n"
+    path.write_text(path.read_text().replace(stage, stage + "ENV DEEPEP_ROCM_ARCH=gfx942\n"))
+    assert run_invoke("image.check", "--vllm-src", str(wrong), "--arch", "gfx950").returncode == 0  # statically "fine"
+    dry = run_invoke("image.build", "--vllm-src", str(wrong), "--arch", "gfx950", "-n", env=env_for(repo))
+    ci_base = f"{repo}:ci-base-gfx950-vllm-gfx90a-gfx942-gfx950"
+    assert dry.returncode == 0 and "# then the DeepEP check (the verifier " in dry.stdout
+    assert f"    --entrypoint python3 \\\n    {ci_base} \\\n    - \\\n    --expect gfx950\n" in dry.stdout
+    containers = set(engine.containers(MANAGED))
+    done = run_invoke("image.build", "--vllm-src", str(wrong), "--arch", "gfx950", env=env_for(repo))
+    assert done.returncode == 4, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"rocmci: {ci_base} was built but its DeepEP code objects are for gfx942, not the "
+                           "requested gfx950 (DeepEP is built by stage build_deepep of docker/Dockerfile.rocm)")
+    assert "the image was untagged, so no label claims gfx950" in last and "Traceback" not in done.stderr
+    assert f"built {ci_base}" not in done.stderr and " (test) in " not in done.stderr  # test is never built on it
+    assert engine.image_labels(ci_base) is None  # no tag says gfx950 over a gfx942 DeepEP, nor offers reuse
+    assert set(engine.containers(MANAGED)) == containers  # the verifier's container is gone
+    again = run_invoke("image.build", "--vllm-src", str(wrong), "--arch", "gfx950", env=env_for(repo))
+    assert again.returncode == 4 and "is up to date" not in again.stderr  # checked again, never reused
+
+    fixed = run_invoke("image.build", "--vllm-src", str(tree), "--arch", "gfx950", "--target", "ci_base",
+                       env=env_for(repo))  # fmt: skip
+    assert fixed.returncode == 0 and f"checked {ci_base}: DeepEP code objects for gfx950, as requested" in fixed.stderr
+
+
+def test_a_given_ci_base_whose_deepep_is_another_list_fails_the_test_tier(engine, standin, built):
+    tree, repo = standin
+    given = f"{repo}:ci-base-gfx942-gfx950-vllm-gfx90a-gfx942-gfx950"  # built by `built`: DeepEP for both
+    tag = f"{repo}:given-ci-base"
+    done = run_invoke("image.build", "--vllm-src", str(tree), "--arch", "gfx950", "--ci-base", given, "--tag", tag,
+                      env=env_for(repo))  # fmt: skip
+    assert done.returncode == 4, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        f"rocmci: {tag} was built but its DeepEP code objects are for gfx942;gfx950, not the requested gfx950 "
+        f"(DeepEP is built by the given ci_base {given}). the image was untagged"
+    )
+    assert engine.image_labels(tag) is None and engine.image_labels(given) is not None
 
 
 def test_retarget_rebuilds_rocshmem_and_deepep_on_the_image_and_verifies_it(engine, standin, built):

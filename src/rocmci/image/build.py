@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from rocmci.engine import Engine
 from rocmci.errors import BuildError, EngineError
+from rocmci.image import evidence
 from rocmci.image.plan import INPUT_HASH_LABEL, BuildPlan, BuildStep
 
 _STEP = re.compile(r"^#(\d+) (\[[^\]]+\] .*)$")
@@ -144,6 +145,8 @@ def build_step(step: BuildStep, engine: Engine, *, live: bool, log: Callable[[st
             f"{step.tag} was built but lacks label {INPUT_HASH_LABEL}={step.input_hash}",
             hint="another build may have replaced the tag meanwhile; rerun",
         )
+    if step.deepep_check is not None:  # before any push: nothing that fails it leaves this engine
+        check_deepep(step, engine, log)
     if step.push:
         log(f"pushing {step.tag}")
         code = engine.stream(step.push_argv(engine.client), lambda line: progress(line, parser))
@@ -151,6 +154,25 @@ def build_step(step: BuildStep, engine: Engine, *, live: bool, log: Callable[[st
             raise BuildError(f"docker push {step.tag} failed with exit {code}", hint="check registry login")
     ran, cached = parser.counts()
     return BuildResult(step.tag, True, time.monotonic() - started, ran, cached)
+
+
+def check_deepep(step: BuildStep, engine: Engine, log: Callable[[str], None]) -> None:
+    """The built image's DeepEP code objects against the requested list; on a mismatch untag it and raise."""
+    check = step.deepep_check
+    assert check is not None
+    try:
+        argv = evidence.argv(engine.client, step.tag, check)
+        done = engine.cli(*argv[1:], timeout=600, check=False, input=evidence.script())
+        found = evidence.judge(done.stdout, done.returncode, step.tag, check)
+    except (BuildError, EngineError) as exc:
+        untag = engine.cli("rmi", step.tag, check=False)
+        if untag.returncode == 0:
+            said = f"the image was untagged, so no label claims {check.archs}"
+        else:
+            why = (untag.stderr.strip().splitlines() or ["no output"])[-1]
+            said = f"untagging {step.tag} failed ({why}): remove it with `docker rmi {step.tag}`"
+        raise type(exc)(exc.message, hint=f"{said}; {exc.hint}" if exc.hint else said) from None
+    log(f"checked {step.tag}: DeepEP code objects for {';'.join(found)}, as requested")
 
 
 def build(plan: BuildPlan, engine: Engine, *, live: bool, log: Callable[[str], None]) -> list[BuildResult]:

@@ -18,6 +18,7 @@ from rocmci import labels as label
 from rocmci.errors import PreflightError, UsageError
 from rocmci.image import base, context
 from rocmci.image import vllm_dockerfile as vd
+from rocmci.image.evidence import DeepEPCheck
 
 TARGETS = ("base", "ci_base", "test", "final")
 # Stages whose build gets the DeepEP arch list: a target reaching neither builds no DeepEP, so the list
@@ -83,6 +84,7 @@ class BuildStep:
     force: bool
     stage: str | None = ""  # the --target given to docker; "" means `target`, None means none (the last stage)
     load: bool = False
+    deepep_check: DeepEPCheck | None = None  # the image holds DeepEP: its code objects are checked once built
 
     def argv(self, client: str) -> list[str]:
         argv = [client, "build", "--file", str(self.dockerfile)]
@@ -276,10 +278,19 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
         "org.opencontainers.image.revision": request.vllm_commit,
     }
 
-    def step(target: str, args: dict[str, str], tag: str, extra: str = "", push: bool = False) -> BuildStep:
+    listing = archmod.canonical(request.archs)
+    in_file = f"stage {vd.DEEPEP_STAGE} of {df.display}"
+
+    def step(
+        target: str, args: dict[str, str], tag: str, extra: str = "", push: bool = False,
+        inherited: DeepEPCheck | None = None,
+    ) -> BuildStep:
         stages = df.reachable(target, args)
         tree = digest(request.checkout, context.sources(df, stages, {**df.defaults(), **args}))
         digest_ = input_hash(df, stages, args, target, tree, f"{base_identity}\0{extra}")
+        # Evidence for every tier that holds DeepEP: built in this step (its stage is reached), or inherited.
+        builds = deepep and any(s.name == vd.DEEPEP_STAGE for s in stages)
+        check = DeepEPCheck(listing, in_file) if builds else inherited
         return BuildStep(
             target=target,
             tag=tag,
@@ -292,6 +303,7 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
             push=push,
             force=request.force,
             load=request.load,
+            deepep_check=check,
         )
 
     final_tag = request.tag or image_tag(request.image_repo, request.target, request.archs, request.vllm_archs)
@@ -304,12 +316,16 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
         base_ref = request.ci_base_image
         ci_identity = f"given:{request.ci_base_digest or request.ci_base_image}"
         notes.append(f"test is built on the given ci_base {base_ref}; ci_base is not built")
+        inherited = DeepEPCheck(listing, f"the given ci_base {base_ref}",
+                                f"give a --ci-base whose DeepEP is built for {listing}, or leave --ci-base out")
     else:
         ci_tag = image_tag(request.image_repo, "ci_base", request.archs, request.vllm_archs)
         ci = step("ci_base", common, ci_tag)
         steps.append(ci)
         base_ref, ci_identity = ci_tag, f"built:{ci.input_hash}"
         notes.append(f"ci_base {ci_tag} is reused when its {INPUT_HASH_LABEL} label matches {ci.input_hash}")
-    test = step("test", {**common, "CI_BASE_IMAGE": base_ref}, final_tag, extra=ci_identity, push=request.push)
+        inherited = DeepEPCheck(listing, f"{in_file}, in ci_base {ci_tag}")
+    test = step("test", {**common, "CI_BASE_IMAGE": base_ref}, final_tag, extra=ci_identity, push=request.push,
+                inherited=inherited)  # fmt: skip
     steps.append(BuildStep(**{**test.__dict__, "labels": {**test.labels, label.CI_BASE_IMAGE: base_ref}}))
     return BuildPlan(tuple(steps), tuple(notes), tuple(notices))

@@ -1,25 +1,36 @@
 """`image.retarget`: rebuild only rocSHMEM and DeepEP for another arch list on top of an existing vLLM image.
 
-The overlay is rocmci's own docker/Dockerfile.retarget; every pin and DeepEP flag it uses is read from
-vLLM's Dockerfile and passed as a build arg. Planning is pure; the executor builds, then runs
-docker/retarget/verify_deepep.py inside the result.
+The overlay is rocmci's own Dockerfile.retarget, shipped in the package (rocmci/data/docker, see packaged.py);
+every pin and DeepEP flag it uses is read from vLLM's Dockerfile and passed as a build arg. Planning is pure;
+the executor builds, then runs the verifier (retarget/verify_deepep.py, copied in) inside the result.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 
 from rocmci import arch as archmod
 from rocmci import labels as label
-from rocmci import verify
-from rocmci.errors import BuildError
+from rocmci import packaged, verify
+from rocmci.errors import BuildError, InputError
 from rocmci.image.plan import INPUT_HASH_LABEL, BuildStep
 
-OVERLAY_DIR = Path(__file__).resolve().parents[3] / "docker"
-OVERLAY = OVERLAY_DIR / "Dockerfile.retarget"
+OVERLAY_DIR = packaged.DOCKER
+OVERLAY = packaged.OVERLAY
 VERIFY = "/opt/rocmci/verify_deepep.py"
+
+
+def overlay_text() -> str:
+    """The overlay's text (part of its input hash), or one line saying the installed package lacks it."""
+    try:
+        return OVERLAY.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(
+            f"rocmci's retarget overlay cannot be read ({exc.strerror or exc})",
+            where=str(OVERLAY),
+            hint="the rocmci package is incomplete: reinstall it (pip install --force-reinstall rocmci)",
+        ) from None
 
 
 @dataclass(frozen=True)

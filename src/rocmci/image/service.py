@@ -80,8 +80,8 @@ def build(v) -> int:
     from rocmci.errors import EngineError
     from rocmci.findings import WARNING
     from rocmci.image import check as checkmod
+    from rocmci.image import evidence, requests
     from rocmci.image import plan as planmod
-    from rocmci.image import requests
 
     s = _settings(
         v, vllm_arch=v.vllm_arch, deepep_ref=v.deepep_ref, rocshmem_ref=v.rocshmem_ref, base_image=v.base_image,
@@ -154,6 +154,9 @@ def build(v) -> int:
         for step in plan.steps:
             note = f"{step.target}: skipped when {step.tag} carries {label.INPUT_HASH}={step.input_hash}"
             commands.append((note, ["env", "DOCKER_BUILDKIT=1", *step.argv(client)]))
+            if step.deepep_check is not None:
+                commands.append((evidence.comment(step.tag, step.deepep_check),
+                                 evidence.argv(client, step.tag, step.deepep_check)))  # fmt: skip
             if step.push:
                 commands.append(("", step.push_argv(client)))
         _print_commands(commands)
@@ -190,6 +193,7 @@ def _builder(engine):
 
 
 def retarget(v) -> int:
+    from rocmci import packaged
     from rocmci.engine import Engine
     from rocmci.errors import EngineError, UsageError
     from rocmci.image import requests
@@ -216,7 +220,7 @@ def retarget(v) -> int:
         s, co, from_image=v.from_, from_identity=str((attrs or {}).get("Id") or v.from_), tag=v.tag, force=v.force,
         from_labels=dict(config.get("Labels") or {}) if attrs else None, from_workdir=config.get("WorkingDir") or "/",
     )  # fmt: skip
-    plan = retargetmod.plan_retarget(request, retargetmod.OVERLAY.read_text(encoding="utf-8"))
+    plan = retargetmod.plan_retarget(request, retargetmod.overlay_text())
     for note in plan.notes:
         eprint(f"note: {note}")
     if v.dry_run:
@@ -226,7 +230,7 @@ def retarget(v) -> int:
         _print_commands([
             (f"skipped when {plan.step.tag} carries its input hash",
              ["env", "DOCKER_BUILDKIT=1", *plan.step.argv(client)]),
-            ("then, inside the result:", plan.verify_argv(client)),
+            (f"then, inside the result, the verifier (copied from {packaged.VERIFIER}):", plan.verify_argv(client)),
         ])  # fmt: skip
         eprint(f"dry run: image {plan.step.tag}; nothing was built")
         return 0
