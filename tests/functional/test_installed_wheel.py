@@ -98,10 +98,6 @@ def test_an_installed_rocmci_plans_a_retarget_with_its_packaged_overlay(installe
     assert str(REPO) not in build.stdout + build.stderr and "Traceback" not in build.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runs/images.py reads the verifier from the source tree (VERIFY_SCRIPT); it must use packaged.VERIFIER",
-)
 def test_the_installed_code_object_probe_finds_its_verifier(installed):
     _, python, site = installed
     found = _run([python, "-c", "from rocmci.runs import images; print(images.VERIFY_SCRIPT.is_file())"],

@@ -14,6 +14,7 @@ refused ones); ROCMCI_ALL_STEPS=1 (`nox -s runner-parity`) takes every step of e
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -299,3 +300,13 @@ def test_gpus_must_match_what_the_agent_owns_and_build_id_excludes_image(checkou
     assert three.returncode == 2 and "--gpus names 3 GPUs" in three.stderr
     both = dry_run(checkout, tmp_path, "--step", "mi250_1: V1 others (CPU)", "--build-id", "7", "--image", "x:1")
     assert both.returncode == 2 and "--build-id and --image" in both.stderr
+
+
+def test_a_dry_run_with_json_prints_the_same_command_as_json(checkout, tmp_path):
+    text = dry_run(checkout, tmp_path, "--step", "mi250_1: V1 others (CPU)")
+    data = dry_run(checkout, tmp_path, "--step", "mi250_1: V1 others (CPU)", "--json")
+    assert data.returncode == 0, data.stderr
+    (run,) = json.loads(data.stdout)["runs"]
+    assert run["argv"][1:3] == ["run", "--cidfile"] and "--device" in run["argv"]
+    assert any(e.startswith("BUILDKITE_AGENT_META_DATA_QUEUE=amd_mi250_1") for e in run["env"])
+    assert len(render_nodes(text.stdout)) == len([w for w in run["argv"] if "renderD" in w]) == 1

@@ -45,10 +45,15 @@ def unlabelled_image(engine, python_image):
     engine.cli("rmi", "-f", tag, check=False)
 
 
+def moe_text(fake_host, *args: str) -> tuple[str, ...]:
+    """A dry run whose text form the test reads (with --json a dry run prints JSON)."""
+    return tuple(a for a in moe(fake_host, *args) if a != "--json")
+
+
 def test_a_vllm_ci_image_is_accepted_with_the_arch_from_vllms_label(engine, vllm_ci_image, fake_host, workdir):
     labels = engine.image_labels(vllm_ci_image)
     assert not [k for k in labels if k.startswith("rocmci.")]
-    done = run_invoke(*moe(fake_host, "--dry-run", "--image", vllm_ci_image), env=run_env(vllm_ci_image, workdir))
+    done = run_invoke(*moe_text(fake_host, "--dry-run", "--image", vllm_ci_image), env=run_env(vllm_ci_image, workdir))
     assert done.returncode == 0, done.stderr
     assert (
         f"# image {vllm_ci_image}: DeepEP built for gfx942;gfx950 (label vllm.rocm.deepep_rocm_arch); "
@@ -84,7 +89,7 @@ def test_an_image_without_labels_gets_its_arch_from_its_code_objects(engine, unl
     assert engine.image_labels(unlabelled_image) == {} or not any(
         k in engine.image_labels(unlabelled_image) for k in ("rocmci.arch", "vllm.rocm.deepep_rocm_arch")
     )
-    done = run_invoke(*moe(fake_host, "--dry-run", "--image", unlabelled_image), env=run_env(unlabelled_image, workdir))
+    done = run_invoke(*moe_text(fake_host, "--dry-run", "--image", unlabelled_image), env=run_env(unlabelled_image, workdir))
     assert done.returncode == 0, done.stderr
     assert f"# image {unlabelled_image}: DeepEP built for gfx942;gfx950 (code objects of 1 DeepEP libraries)" in (
         done.stdout
@@ -93,7 +98,7 @@ def test_an_image_without_labels_gets_its_arch_from_its_code_objects(engine, unl
 
 def test_build_id_names_the_ci_image_and_a_missing_image_is_pulled(engine, fake_host, workdir):
     """--build-id N means rocm/vllm-ci:build-N; a dry run says it would pull it (no network here)."""
-    done = run_invoke(*moe(fake_host, "--dry-run", "--build-id", "4711"), env={**run_env("unused", workdir)})
+    done = run_invoke(*moe_text(fake_host, "--dry-run", "--build-id", "4711"), env={**run_env("unused", workdir)})
     assert "# dry run: would pull rocm/vllm-ci:build-4711" in done.stdout
     assert "rocm/vllm-ci:build-4711 \\" in done.stdout or "rocm/vllm-ci:build-4711" in done.stdout
     assert REPO.is_dir()
@@ -126,8 +131,8 @@ def test_workaround_evidence_comes_from_the_tests_inside_the_image(engine, stand
     assert built.returncode == 0, built.stderr
     try:
         env = run_env(tag, tmp_path)
-        old = run_invoke(*moe(fake_host, "--dry-run", "--vllm-src", str(fixed), "--image", tag), env=env)
-        new = run_invoke(*moe(fake_host, "--dry-run", "--vllm-src", str(fixed), "--image", standin_image), env=env)
+        old = run_invoke(*moe_text(fake_host, "--dry-run", "--vllm-src", str(fixed), "--image", tag), env=env)
+        new = run_invoke(*moe_text(fake_host, "--dry-run", "--vllm-src", str(fixed), "--image", standin_image), env=env)
     finally:
         engine.cli("rmi", "-f", tag, check=False)
     assert old.returncode == 0 and new.returncode == 0, old.stderr + new.stderr

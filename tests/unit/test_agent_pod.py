@@ -52,9 +52,15 @@ STEP = {
             "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"add": ["IPC_LOCK"]}},
             "resources": {"limits": {"amd.com/gpu": "2"}},
             "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "ws", "mountPath": "/vllm-workspace"}],
-            "env": [{"name": "A", "value": "1"}, {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+            "env": [
+                {"name": "A", "value": "1"},
+                {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            ],
         }],
-        "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}, {"name": "ws", "emptyDir": {}}],
+        "volumes": [
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+            {"name": "ws", "emptyDir": {}},
+        ],
     }}}],
 }  # fmt: skip
 

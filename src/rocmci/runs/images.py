@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmci import labels as label
-from rocmci import verify
+from rocmci import packaged, verify
 from rocmci.engine import Engine
 from rocmci.errors import EngineError, PreflightError, UsageError
 from rocmci.runs import container as ctr
@@ -27,7 +27,7 @@ from rocmci.runs import container as ctr
 CI_IMAGE = "rocm/vllm-ci:build-{}"
 NATIVE_IMAGE = "rocm/vllm-dev:ci_base-build-{}"
 _BUILD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # a number or a UUID: text a tag may hold
-VERIFY_SCRIPT = Path(__file__).resolve().parents[3] / "docker" / "retarget" / "verify_deepep.py"
+VERIFY_SCRIPT = packaged.VERIFIER  # shipped in the package: found from an installed rocmci too
 ROCM_VERSION_FILE = "/opt/rocm/.info/version"
 
 

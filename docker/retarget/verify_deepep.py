@@ -1,1 +1,0 @@
-../../src/rocmci/data/docker/retarget/verify_deepep.py
