@@ -89,7 +89,8 @@ def test_an_image_without_labels_gets_its_arch_from_its_code_objects(engine, unl
     assert engine.image_labels(unlabelled_image) == {} or not any(
         k in engine.image_labels(unlabelled_image) for k in ("rocmci.arch", "vllm.rocm.deepep_rocm_arch")
     )
-    done = run_invoke(*moe_text(fake_host, "--dry-run", "--image", unlabelled_image), env=run_env(unlabelled_image, workdir))
+    args = moe_text(fake_host, "--dry-run", "--image", unlabelled_image)
+    done = run_invoke(*args, env=run_env(unlabelled_image, workdir))
     assert done.returncode == 0, done.stderr
     assert f"# image {unlabelled_image}: DeepEP built for gfx942;gfx950 (code objects of 1 DeepEP libraries)" in (
         done.stdout
