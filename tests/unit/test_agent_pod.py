@@ -145,7 +145,8 @@ def test_a_pod_is_exactly_this_docker_run(tmp_path):
 
 
 def test_pod_settings_that_change_the_container():
-    pod = {"image": "i", "securityContext": {"privileged": True, "runAsUser": 1000}, "env": [{"name": "N", "value": None}],
+    pod = {"image": "i", "securityContext": {"privileged": True, "runAsUser": 1000},
+           "env": [{"name": "N", "value": None}],
            "volumeMounts": [{"name": "h", "mountPath": "/data"}, {"name": "gone"}]}  # fmt: skip
     job = agent.Job("l", "q", "c", {"HF_HOME": "/hf-home"}, 0, 60, pod, ({"name": "h", "hostPath": {"path": "/srv"}},))
     host = podmod.Host("d", "n", "node", (), Path("/"), "/co", "/r", "/cache", "/bk", None, "/cid", "j")
