@@ -245,6 +245,17 @@ class Engine:
 
     # --- images: identity, pulls, what the builder can parse -------------------------------------
 
+    def registry_digest(self, ref: str) -> str | None:
+        """The digest a registry holds for `ref`, asked through the engine without pulling; None when the
+        registry has no such tag (or cannot be reached: said by the caller as "no image")."""
+        import docker
+
+        try:
+            data = self._call(lambda: self.sdk.images.get_registry_data(ref))
+        except (docker.errors.NotFound, docker.errors.APIError, EngineError):
+            return None
+        return str(data.id) or None
+
     def image_attrs(self, ref: str) -> dict | None:
         """`docker image inspect` of a local image (Id, RepoDigests, Config), or None when there is none."""
         import docker

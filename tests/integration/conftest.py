@@ -8,4 +8,4 @@ def pytest_collection_modifyitems(items):
 
 
 # Session fixtures shared by every integration module, so the stand-in image is built once per run.
-from tests.integration.helpers import fake_host, standin_image, workdir  # noqa: E402, F401
+from tests.integration.helpers import fake_host, registry, standin_image, workdir  # noqa: E402, F401

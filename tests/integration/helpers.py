@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import socket
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -15,6 +19,57 @@ from tests.unit.test_gpus import make_node
 
 STANDIN = REPO / "tests" / "data" / "standin"
 CANARY = "hf_canary_7f3a9c2e5d"
+
+
+STANDIN_WORKSPACE = STANDIN / "vllm-workspace"
+# What the runner's preflight imports, as empty packages with metadata (im.version needs a dist-info).
+PACKAGES = {
+    "torch": ("utils/model_zoo",),
+    "transformers": ("models/nomic_bert/__init__",),
+    "ray": ("dag/__init__",),
+    "sympy": ("physics/__init__",),
+    "markupsafe": ("_speedups",),
+    "vllm": (),
+}
+
+
+def build_runner_ci_image(engine, python_image: str, context: Path, label: str, extra: str = "") -> str:
+    """A stand-in for vLLM's CI image as the runner uses it: vLLM's staged workspace, /opt/vllm-ci/commit.txt,
+    importable stand-ins for the packages the runner's preflight checks, a stand-in pytest-timeout plugin
+    (the runner's PYTEST_ADDOPTS name its --timeout-method), and `label` (KEY=VALUE) for cleanup."""
+    site = context / "site"
+    for name, modules in PACKAGES.items():
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text("")
+        for module in modules:
+            path = site / name / f"{module}.py"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("")
+            (path.parent / "__init__.py").touch()
+        meta = site / f"{name}-0.0.0.dist-info"
+        meta.mkdir()
+        (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.0\n")
+    (site / "pytest_timeout.py").write_text(
+        "def pytest_addoption(parser):\n    parser.addoption('--timeout-method')\n    parser.addoption('--timeout')\n"
+    )
+    plugin = site / "pytest_timeout-0.0.0.dist-info"
+    plugin.mkdir()
+    (plugin / "METADATA").write_text("Metadata-Version: 2.1\nName: pytest-timeout\nVersion: 0.0.0\n")
+    (plugin / "entry_points.txt").write_text("[pytest11]\ntimeout = pytest_timeout\n")
+    shutil.copytree(STANDIN_WORKSPACE, context / "workspace")  # the stand-in DeepEP test module, as CI stages it
+    key, value = label.split("=", 1)
+    (context / "Dockerfile").write_text(
+        f"FROM {python_image}\n"
+        "COPY site/ /usr/local/lib/python3.11/dist-packages/\n"
+        "COPY workspace/ /opt/vllm-ci/workspace/\n"
+        "RUN ln -s /usr/bin/python3 /usr/local/bin/python && echo 1234567890abcdef > /opt/vllm-ci/commit.txt\n"
+        f'LABEL {key}={value} rocmci.arch="gfx942;gfx950"\n' + extra
+    )
+    tag = f"rocmci-test/runner-ci:{uuid.uuid4().hex[:8]}"
+    done = subprocess.run([engine.client, "build", "--network", "none", "-q", "-t", tag, str(context)],
+                          env=engine.build_env, capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return tag
 
 
 def _build(engine, tag: str, dockerfile: Path, *args: str) -> None:
@@ -86,3 +141,36 @@ def leftovers(engine) -> list[str]:
 
 def results_of(done) -> dict[str, dict]:
     return {r["workload"]: r for r in json.loads(done.stdout)["results"]}
+
+
+@contextlib.contextmanager
+def serve_registry(folder: Path):
+    """Debian's docker-registry on a free 127.0.0.1 port, storing below `folder`; stopped afterwards."""
+    binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
+    if not os.path.exists(binary):
+        pytest.skip("docker-registry is not installed")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = folder / "registry.yml"
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {folder / 'data'}\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield f"localhost:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def registry(tmp_path):
+    with serve_registry(tmp_path) as address:
+        yield address

@@ -186,36 +186,6 @@ def test_inspect_checks_the_reference_first_and_escapes_label_text(engine, busyb
     assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout and "a\\e]0;owned\\x07b" in shown.stdout
 
 
-@pytest.fixture
-def registry(tmp_path):
-    """Debian's docker-registry on a free 127.0.0.1 port, stopped afterwards."""
-    import socket
-    import time
-
-    binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
-    if not os.path.exists(binary):
-        pytest.skip("docker-registry is not installed")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    config = tmp_path / "registry.yml"
-    config.write_text(
-        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'data'}\n"
-        f"http:\n  addr: 127.0.0.1:{port}\n"
-    )
-    proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
-        yield f"localhost:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 def test_a_registry_base_is_pinned_by_digest_and_pull_sees_the_tag_move(engine, python_image, scratch, registry):
     tree, repo = scratch
     remote = f"{registry}/rocmci-tiers/base:moving"

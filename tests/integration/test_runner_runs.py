@@ -22,12 +22,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, SHARED_VLLM, run_invoke
-from tests.integration.helpers import fake_host  # noqa: F401 - a fixture
+from tests.integration.helpers import build_runner_ci_image, fake_host  # noqa: F401 - a fixture
 
 RUNNER = SHARED_VLLM / "buildkite" / "scripts" / "hardware_ci" / "run-amd-test.sh"
 TEST_LABEL = "rocmci-test.runner-runs"
 RUN_ID = uuid.uuid4().hex  # containers of this module's image carry its label with this value
-STANDIN_WORKSPACE = REPO / "tests" / "data" / "standin" / "vllm-workspace"
 STEPS = """\
 steps:
 - label: Runner Docker Path
@@ -59,52 +58,11 @@ steps:
   commands:
   - pytest -v -s kernels/moe/test_deepep_moe.py
 """
-# What the runner's preflight imports, as empty packages with metadata (im.version needs a dist-info).
-PACKAGES = {
-    "torch": ("utils/model_zoo",),
-    "transformers": ("models/nomic_bert/__init__",),
-    "ray": ("dag/__init__",),
-    "sympy": ("physics/__init__",),
-    "markupsafe": ("_speedups",),
-    "vllm": (),
-}
 
 
 @pytest.fixture(scope="module")
 def ci_image(engine, python_image, tmp_path_factory):
-    context = tmp_path_factory.mktemp("ci-image")
-    site = context / "site"
-    for name, modules in PACKAGES.items():
-        (site / name).mkdir(parents=True)
-        (site / name / "__init__.py").write_text("")
-        for module in modules:
-            path = site / name / f"{module}.py"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("")
-            (path.parent / "__init__.py").touch()
-        meta = site / f"{name}-0.0.0.dist-info"
-        meta.mkdir()
-        (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.0\n")
-    # The runner's PYTEST_ADDOPTS name pytest-timeout's --timeout-method: a stand-in plugin takes it.
-    (site / "pytest_timeout.py").write_text(
-        "def pytest_addoption(parser):\n    parser.addoption('--timeout-method')\n    parser.addoption('--timeout')\n"
-    )
-    plugin = site / "pytest_timeout-0.0.0.dist-info"
-    plugin.mkdir()
-    (plugin / "METADATA").write_text("Metadata-Version: 2.1\nName: pytest-timeout\nVersion: 0.0.0\n")
-    (plugin / "entry_points.txt").write_text("[pytest11]\ntimeout = pytest_timeout\n")
-    shutil.copytree(STANDIN_WORKSPACE, context / "workspace")  # the stand-in DeepEP test module, as CI stages it
-    (context / "Dockerfile").write_text(
-        f"FROM {python_image}\n"
-        "COPY site/ /usr/local/lib/python3.11/dist-packages/\n"
-        "COPY workspace/ /opt/vllm-ci/workspace/\n"
-        "RUN ln -s /usr/bin/python3 /usr/local/bin/python && echo 1234567890abcdef > /opt/vllm-ci/commit.txt\n"
-        f'LABEL {TEST_LABEL}={RUN_ID} rocmci.arch="gfx942;gfx950"\n'
-    )
-    tag = f"rocmci-test/runner-ci:{uuid.uuid4().hex[:8]}"
-    done = subprocess.run([engine.client, "build", "--network", "none", "-q", "-t", tag, str(context)],
-                          env=engine.build_env, capture_output=True, text=True, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    tag = build_runner_ci_image(engine, python_image, tmp_path_factory.mktemp("ci-image"), f"{TEST_LABEL}={RUN_ID}")
     yield tag
     engine.cli("rmi", "-f", tag, check=False)
 

@@ -152,6 +152,11 @@ FLAGS: dict[str, Flag] = {
     "step": Flag("the step to run: its label, 'pool: label' or key, as in the step file (required)"),
     "parallel_job": Flag("run only this parallel job of a step with parallelism (0-based, as Buildkite counts)",
                          _int(0, 99)),  # fmt: skip
+    "good": Flag("a commit whose CI image passes the step (required; a hash, tag or ref of the checkout)"),
+    "bad": Flag("a later commit whose CI image fails the step (required)"),
+    "repeat": Flag("runs per commit, for flaky steps (1..20)", _int(1, 20), default=1),
+    "bad_if": Flag("with --repeat: a commit is bad if any run fails, or only if all do", _choice(("any", "all")),
+                   default="any"),  # fmt: skip
     "junit": Flag("JUnit XML written by the run (required)", _path),
     "exit_code": Flag("the run's exit status, -255..255 (139 = died by SIGSEGV; required)", _int(-255, 255)),
     "workload": Flag("moe-tests or dp-example: which workarounds to name for a teardown crash", _choice(WORKLOADS),
@@ -185,6 +190,7 @@ PLACEHOLDERS = {
     "max_model_len": "N", "backend": "BACKEND", "example": "PATH", "mode": "MODE", "k": "EXPR", "shards": "N",
     "junit": "FILE", "exit_code": "N", "workload": "moe-tests|dp-example", "label": "NAME",
     "only": "run|blocked|skipped", "build_arg": "NAME=VALUE", "build_id": "ID", "step": "STEP", "parallel_job": "N",
+    "good": "REF", "bad": "REF", "repeat": "N", "bad_if": "any|all",
 }  # fmt: skip
 
 

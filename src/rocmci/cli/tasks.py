@@ -168,6 +168,19 @@ def run_step(
     run(service.step, given)
 
 
+@rocmci_task(name="bisect")
+def run_bisect(
+    c, step=None, good=None, bad=None, repeat=None, bad_if=None, k=None, mirror_hw=None, gpus=None, timeout=None,
+    skip_preflight=False, host_root=None, env=None, public=None, vllm_src=None, strict=False, dry_run=False,
+    json=False,
+):  # fmt: skip
+    """Find the first commit whose CI image fails a step: a binary search over CI's per-commit images."""
+    given = dict(locals())  # the flags as received, before any import adds a name
+    from rocmci.runs import service
+
+    run(service.bisect, given)
+
+
 @rocmci_task(name="outcome")
 def run_outcome(c, junit=None, exit_code=None, workload=None, strict=False, json=False):
     """Name the outcome of a run from its JUnit XML and exit status (passed, failed, crashed at teardown, ...)."""
@@ -195,5 +208,5 @@ def workarounds(c, vllm_src=None, image=None, strict=False, json=False):
 
 pipeline = Collection("pipeline", pipeline_generate, pipeline_validate, pipeline_plan, pipeline_diff)
 image = Collection("image", image_check, image_build, image_retarget, image_inspect)
-runs = Collection("run", run_dp_example, run_moe_tests, run_step, run_outcome)
+runs = Collection("run", run_dp_example, run_moe_tests, run_step, run_bisect, run_outcome)
 ns = Collection(version, settings, doctor, workarounds, pipeline, image, runs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 from rocmci import settings as settingsmod
@@ -187,8 +188,9 @@ def _as_jobs(v, s, src, found, workloads, opts, engine, registry, notes, pull: b
         step, workloads, job_opts, engine, where=where, build_id=getattr(v, "build_id", None),
         image_given=bool(v.image), place=place,
     )  # fmt: skip
+    _pull_and_check(prepared, job_opts, engine, bool(pull))
     prepared.notes[:0] = [*notes, f"as jobs of step {step.label!r} through vLLM's runner ({jobs.RUNNER})"]
-    return _run_prepared(prepared, job_opts, registry, v.json, engine, bool(pull))
+    return _run_prepared(prepared, job_opts, registry, v.json, engine)
 
 
 def _probe_example(engine, opts) -> str:
@@ -387,30 +389,52 @@ def outcome(v) -> int:
 
 def step(v) -> int:
     """One step of the step file as an agent of its pool runs it: the checkout's runner executes the job."""
-    from rocmci.engine import Engine
     from rocmci.errors import UsageError
-    from rocmci.files import display_name
-    from rocmci.pipeline import source as srcmod
-    from rocmci.runs import jobs, stepjobs
-    from rocmci.runs import steps as st
 
     if not v.step or not v.step.strip():
         raise UsageError("run.step needs --step LABEL", hint="e.g. --step 'Basic Correctness' (see pipeline.plan)")
     if v.build_id and v.image:
         raise UsageError("--build-id and --image both name the image", hint="give one of them")
     s = settingsmod.resolve(flags={"image": v.image, "vllm_src": v.vllm_src, "mirror_hw": v.mirror_hw})
+    planned = prepare_step(v, s)
+    if isinstance(planned, int):
+        return planned
+    prepared, opts, registry, engine = planned
+    return _run_prepared(prepared, opts, registry, v.json, engine)
+
+
+def load_step_file(v, s):
+    """The step file run.step reads: --source, else the setting, else the vLLM checkout's."""
+    from rocmci.files import display_name
+    from rocmci.pipeline import source as srcmod
+
     path = Path(os.path.realpath(v.source)) if v.source else s.path("source")
     what = "--source" if v.source else s.describe("source")
     if not v.source and s.origin("source") == "default" and s.vllm_src and not path.is_file():
         path, what = Path(s.vllm_src) / ".buildkite" / "test-amd.yaml", "the vLLM checkout (vllm_src)"
-    src = srcmod.load_source(path, display_name(path, s.workspace), what=what)
-    generated = st.generated_steps(st.candidates(src, v.step), s.mirror_hw, s.ci_image)
+    return srcmod.load_source(path, display_name(path, s.workspace), what=what)
+
+
+def find_step(src, query: str, s):
+    """The generated step `query` names (only the steps it may name are generated)."""
+    from rocmci.runs import steps as st
+
+    generated = st.generated_steps(st.candidates(src, query), s.mirror_hw, s.ci_image)
     if not generated:  # matching steps that this mirror does not render: the whole file, for "did you mean"
         generated = st.generated_steps(src, s.mirror_hw, s.ci_image)
-    chosen = st.find(generated, v.step, src.filename)
+    return st.find(generated, query, src.filename)
+
+
+def prepare_step(v, s, checkout: Path | None = None):
+    """(prepared jobs, options, registry, engine) for run.step, or the exit code of the fallback run when the
+    checkout has no runner. `checkout`: another tree than the vllm_src setting (run.bisect's commit)."""
+    from rocmci.engine import Engine
+    from rocmci.runs import jobs, stepjobs
+
+    chosen = find_step(load_step_file(v, s), v.step, s)
     opts = run_options(v, s, native=chosen.native)
     engine, registry = Engine(s.docker), _registry(s)
-    checkout = _vllm_src(s)
+    checkout = checkout or _vllm_src(s)
     if checkout is None or jobs.runner_of(checkout) is None:
         return _step_without_runner(v, chosen, opts, engine, registry, checkout)
     timeout = float(v.timeout) if v.timeout else None
@@ -424,7 +448,20 @@ def step(v) -> int:
         chosen, job_opts, engine, where=where, parallel_job=v.parallel_job,
         build_id=v.build_id, image_given=bool(v.image), place=place,
     )  # fmt: skip
-    return _run_prepared(prepared, job_opts, registry, v.json, engine, v.pull)
+    _pull_and_check(prepared, job_opts, engine, getattr(v, "pull", False))
+    return prepared, job_opts, registry, engine
+
+
+def _pull_and_check(prepared, opts, engine, pull: bool) -> None:
+    """The jobs' image pulled when asked or missing (a dry run says it would), then the preflight."""
+    import dataclasses
+
+    from rocmci.runs import stepjobs
+
+    if not opts.no_container:
+        image_opts = dataclasses.replace(opts, image=stepjobs.image_of(prepared, opts))
+        prepared.notes[:0] = _ensure_image(engine, image_opts, pull)
+    stepjobs.check(prepared, opts, engine)
 
 
 def _step_without_runner(v, chosen, opts, engine, registry, checkout) -> int:
@@ -456,13 +493,11 @@ def _client(engine) -> str:
         return "docker"
 
 
-def _run_prepared(prepared, opts, registry, as_json: bool, engine, pull: bool) -> int:
-    """A prepared run.step: pull when asked, then print (dry run) or run and report as every run task."""
+def _run_prepared(prepared, opts, registry, as_json: bool, engine) -> int:
+    """Prepared jobs (pulled and checked): print them (dry run), or run and report as every run task."""
     from rocmci.runs import execute
 
     redact = execute.redactor(opts)
-    if not opts.no_container:
-        prepared.notes[:0] = _ensure_image(engine, opts, pull)
     if opts.dry_run:
         return _print_dry_run(prepared, engine, opts, as_json)
     for note in prepared.notes:
@@ -470,3 +505,145 @@ def _run_prepared(prepared, opts, registry, as_json: bool, engine, pull: bool) -
     out = _eprint if as_json else print
     results = execute.execute(prepared, opts, engine, registry, out=out)
     return execute.report(results, opts, as_json, prepared.notes, prepared.files, redact)
+
+
+def bisect(v) -> int:
+    """The first commit whose CI image fails a step: a binary search run as run.step runs the step."""
+    from rocmci.engine import Engine
+    from rocmci.errors import UsageError
+    from rocmci.runs import bisect as bs
+    from rocmci.runs import bisectrun as br
+
+    for flag, value in (("--step", v.step), ("--good", v.good), ("--bad", v.bad)):
+        if not value or not str(value).strip():
+            example = "e.g. --step 'Basic Correctness' --good v0.11.0 --bad HEAD"
+            raise UsageError(f"run.bisect needs {flag}", hint=example)
+    s = settingsmod.resolve(flags={"vllm_src": v.vllm_src, "mirror_hw": v.mirror_hw})
+    checkout = _vllm_src(s)
+    if checkout is None:
+        raise UsageError("run.bisect needs a vLLM checkout", hint="run it inside one, or give --vllm-src PATH")
+    good, bad = br.resolve(checkout, v.good, "--good"), br.resolve(checkout, v.bad, "--bad")
+    commits = br.candidates(checkout, good, bad)
+    repo = br.image_repo(checkout)
+    engine = Engine(s.docker)
+    results = results_dir(s)
+    key = {"step": v.step, "good": good, "bad": bad, "repeat": v.repeat, "k": v.k or "", "repo": repo}
+    log = br.Log.for_run(results, key)
+    images = {c: f"{repo}:{c}" for c in commits}
+
+    def digest(commit: str) -> str | None:
+        ref = images[commit]
+        found = engine.registry_digest(ref)
+        if found is None:
+            attrs = engine.image_attrs(ref)
+            found = (attrs or {}).get("Id")
+        return found
+
+    if v.dry_run:
+        rows = [{"commit": c, "image": images[c], "digest": digest(c)} for c in commits[:-1]]
+        if v.json:
+            print(to_json({"dry_run": True, "good": good, "bad": bad, "candidates": rows, "log": str(log.path)}))
+        else:
+            span = f"after --good {good[:12]} up to --bad {bad[:12]}"
+            print(f"# {len(rows)} candidates {span} (first parents, oldest first)")
+            for row in rows:
+                found = f"image: {row['digest']}" if row["digest"] else "no image (would be skipped)"
+                print(f"{row['commit'][:12]}  {row['image']}  {found}")
+        _eprint("dry run: nothing was run")
+        return 0
+    engine.server_version()  # a run needs the engine: its one-line error now, not per commit
+    done = log.done()
+    if done:
+        _eprint(f"rocmci: resuming from {log.path}: {len(done)} commit(s) already tried")
+    verdicts = {c: t.verdict for c, t in done.items()}
+    search = bs.Search(commits, verdicts)
+    tried: list = list(done.values())
+    while (commit := search.next()) is not None:
+        lo, hi = search.interval()
+        since = commits[lo][:12] if lo >= 0 else good[:12]
+        _eprint(f"rocmci: bisect: trying {commit[:12]} ({commits.index(commit) + 1} of {len(commits)}); "
+                f"interval {since}..{commits[hi][:12]}, {hi - lo - 1} left")  # fmt: skip
+        started = time.monotonic()
+        outcomes, why, logs = [], "", []
+        found = digest(commit)
+        if found is None:
+            why = f"no image {images[commit]}"
+        else:
+            with br.scratch() as folder:
+                tree = br.commit_tree(checkout, commit, folder / "tree")
+                step_file = tree / ".buildkite" / "test-amd.yaml"
+                if not step_file.is_file():
+                    why = "no .buildkite/test-amd.yaml at this commit"
+                else:
+                    for _ in range(v.repeat):
+                        try:
+                            results = _bisect_try(v, s, tree, step_file, images[commit])
+                        except UsageError as exc:  # e.g. no such step at this commit: skip, not bad
+                            why = exc.one_line()
+                            break
+                        outcomes += [str(r.outcome) for r in results]
+                        logs += [r.log for r in results if r.log]
+                        if v.bad_if == "any" and "failed" in outcomes:
+                            break  # bad already, whatever the other tries give
+        verdict = bs.verdict(outcomes, any_fails=v.bad_if == "any") if outcomes else bs.SKIP
+        record = br.Tried(commit, images[commit], found, outcomes, verdict, round(time.monotonic() - started, 1),
+                          ", ".join(logs), why)  # fmt: skip
+        log.add(record)
+        tried.append(record)
+        search.verdicts[commit] = verdict
+        _eprint(f"rocmci: bisect: {commit[:12]} is {verdict}" + (f" ({why})" if why else f" ({', '.join(outcomes)})"))
+    answer = search.answer()
+    return _bisect_report(v, answer, tried, images, good, bad, log)
+
+
+def _bisect_try(v, s, tree, step_file, image):
+    """One run of the step at a commit: that commit's step file and runner, in its image, as run.step."""
+    import shlex
+    import types
+
+    from rocmci.runs import execute
+
+    given = dict(v.env.as_dict()) if v.env else {}
+    if v.k:
+        given["PYTEST_ADDOPTS"] = f"-k {shlex.quote(v.k)}"  # the runner passes PYTEST_ADDOPTS on to pytest
+    # run.step's flags for this commit: its step file and image, the bisect's GPUs, env, host and bounds.
+    flags = types.SimpleNamespace(
+        step=v.step, source=str(step_file), image=image, build_id=None, parallel_job=None, pull=False,
+        gpus=v.gpus, timeout=v.timeout, skip_preflight=v.skip_preflight, no_container=False, dry_run=False,
+        host_root=v.host_root, env=types.SimpleNamespace(as_dict=lambda: given), public=v.public, workdir=None,
+        vllm_src=v.vllm_src, strict=v.strict, json=False, mirror_hw=v.mirror_hw,
+    )
+    s = settingsmod.resolve(flags={"image": image, "vllm_src": v.vllm_src, "mirror_hw": v.mirror_hw})
+    planned = prepare_step(flags, s, checkout=tree)
+    if isinstance(planned, int):
+        from rocmci.errors import UsageError
+
+        raise UsageError("the commit has no vLLM runner (.buildkite/scripts/hardware_ci/run-amd-test.sh)")
+    prepared, opts, registry, engine = planned
+    return execute.execute(prepared, opts, engine, registry, out=_eprint)
+
+
+def _bisect_report(v, answer, tried, images, good, bad, log) -> int:
+    rows = [t.as_json() for t in tried]
+    reproduce = {}
+    if answer.first_bad:
+        reproduce["bad"] = f"rocmci run.step --step {v.step!r} --image {images.get(answer.first_bad, answer.first_bad)}"
+    if answer.last_good:
+        reproduce["good"] = f"rocmci run.step --step {v.step!r} --image {images[answer.last_good]}"
+    if v.json:
+        print(to_json({"first_bad": answer.first_bad if answer.exact else None, "last_good": answer.last_good or good,
+                       "suspects": list(answer.suspects), "skipped": list(answer.skipped), "runs": len(tried),
+                       "tried": rows, "reproduce": reproduce, "log": str(log.path)}))  # fmt: skip
+    else:
+        print(f"{'commit':<12}  {'verdict':<7}  {'seconds':>7}  outcomes / why")
+        for t in tried:
+            print(f"{t.commit[:12]:<12}  {t.verdict:<7}  {t.seconds:>7.1f}  {t.why or ', '.join(t.outcomes)}")
+        if answer.exact:
+            print(f"first bad commit: {answer.first_bad}")
+        else:
+            print(f"the first bad commit is one of: {', '.join(answer.suspects)} (skipped commits hide which)")
+        print(f"last good commit: {answer.last_good or good}" + ("" if answer.last_good else " (--good)"))
+        print(f"skipped: {len(answer.skipped)}; log: {log.path}")
+        for side, line in reproduce.items():
+            print(f"reproduce {side}: {line}")
+    return 0 if answer.exact else 1

@@ -121,11 +121,6 @@ def plan(
                                needs_deepep=step.uses_deepep, about=about(step))  # fmt: skip
         runs.append(_planned(step, job, workload, opts, engine, place))
     image = _image_of(runs[0], opts)
-    checked = RunOptions(**{**opts.__dict__, "image": image})
-    sets, warnings = preflight(
-        [r.workload for r in runs], checked, engine, host_gpus(opts) if runs[0].gpus else [], notes=notes
-    )
-    del sets  # the agent's GPUs were chosen by choose(): preflight checks the host and the image
     queue = (step.data.get("agents") or {}).get("queue", "?")
     given = (
         "the pod's amd.com/gpu" if step.native else "an agent of this queue owns that many; the runner gives them all"
@@ -134,7 +129,21 @@ def plan(
         f"job: queue {queue}, {plural(runs[0].workload.gpus, 'GPU')} ({given}), build {ids.build_id}, "
         f"commit {where.commit[:12]}, image {image}"
     )
-    return Prepared([[r] for r in runs], warnings, notes)
+    return Prepared([[r] for r in runs], [], notes)
+
+
+def image_of(prepared: Prepared, opts: RunOptions) -> str:
+    """The image the jobs run in: the traced `docker run`'s, or the pod's."""
+    return _image_of(prepared.runs[0], opts)
+
+
+def check(prepared: Prepared, opts: RunOptions, engine: Engine | None) -> None:
+    """Preflight of the jobs (after any pull): the host, the GPUs and the image's DeepEP archs."""
+    runs = prepared.runs
+    checked = dataclasses.replace(opts, image=image_of(prepared, opts))
+    _, warnings = preflight([r.workload for r in runs], checked, engine, host_gpus(opts) if runs[0].gpus else [],
+                            notes=prepared.notes)  # fmt: skip
+    prepared.warnings[:0] = warnings
 
 
 def as_step_commands(workload: wl.Workload, workdir: str) -> str:
@@ -174,10 +183,7 @@ def plan_workloads(
             workload, gpus=job.gpus, about=(f"{workload.name}: a job of step {step.label!r} ({step.origin})",)
         )
         runs.append(_planned(step, job, as_job, opts, engine, place))
-    image = _image_of(runs[0], opts)
-    checked = dataclasses.replace(opts, image=image)
-    _, warnings = preflight([r.workload for r in runs], checked, engine, host_gpus(opts) if runs[0].gpus else [])
-    return Prepared([[r] for r in runs], warnings, [])
+    return Prepared([[r] for r in runs], [], [])
 
 
 def _with_image(job: agent.Job, image: str, override: bool) -> agent.Job:
