@@ -1,0 +1,57 @@
+"""run.bisect's search: the order of tries and the answer follow from the verdicts alone."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rocmci.runs import bisect as bs
+
+COMMITS = [f"c{i}" for i in range(16)]
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "any_fails", "expected"),
+    [
+        (["passed"], True, bs.GOOD), (["passed", "passed"], True, bs.GOOD), (["passed", "failed"], True, bs.BAD),
+        (["passed", "failed"], False, bs.SKIP), (["failed", "failed"], False, bs.BAD), ([], True, bs.SKIP),
+        (["crashed at teardown"], True, bs.SKIP), (["passed", "infrastructure error"], True, bs.SKIP),
+        (["no tests collected"], True, bs.SKIP),
+    ],
+)  # fmt: skip
+def test_only_passed_and_failed_decide(outcomes, any_fails, expected):
+    assert bs.verdict(outcomes, any_fails=any_fails) == expected
+
+
+def search_for(first_bad: int, skipped: frozenset[int] = frozenset()) -> tuple[bs.Answer, list[int]]:
+    search = bs.Search(COMMITS, {})
+    order = []
+    while (commit := search.next()) is not None:
+        i = COMMITS.index(commit)
+        order.append(i)
+        search.verdicts[commit] = bs.SKIP if i in skipped else bs.BAD if i >= first_bad else bs.GOOD
+    return search.answer(), order
+
+
+def test_the_first_try_is_the_middle_and_a_skip_gives_way_to_its_neighbour():
+    assert search_for(4)[1][:2] == [7, 3]
+    _, order = search_for(4, frozenset({7}))
+    assert order[:2] == [7, 6]  # the nearest untried commit, the older one first
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(st.integers(0, 15), st.frozensets(st.integers(0, 14), max_size=4))
+def test_the_answer_is_the_first_bad_commit_or_the_suspects_that_hide_it(first_bad, skipped):
+    answer, order = search_for(first_bad, skipped)
+    assert len(order) == len(set(order))  # no commit is tried twice
+    assert len(order) <= math.ceil(math.log2(16)) + 2 * len(skipped)  # a skip costs at most two more tries
+    assert COMMITS[first_bad] in answer.suspects
+    if answer.exact:
+        assert answer.first_bad == COMMITS[first_bad]
+        tried_good = [i for i in order if i < first_bad and i not in skipped]
+        assert answer.last_good == (COMMITS[max(tried_good)] if tried_good else None)
+    else:
+        assert set(answer.suspects) - {answer.first_bad} <= {COMMITS[i] for i in skipped}
