@@ -107,7 +107,7 @@ def plan(
     image_given: bool,
     place: jobs.Place,
 ) -> Prepared:
-    """The jobs of one step (one per parallel job), preflight done, each with how it starts."""
+    """The jobs of one step (one per parallel job), each with how it starts; check() is its preflight."""
     ids = agent.Ids.new(build_id, where.commit, where.branch)
     notes: list[str] = []
     runs: list[PlannedRun] = []
