@@ -53,6 +53,7 @@ TASK_CODES = {
     "run.dp-example": RUN_CODES,
     "run.moe-tests": RUN_CODES,
     "run.step": RUN_CODES,
+    "run.bisect": RUN_CODES | {1},  # 1: skipped commits hide which one is the first bad
     "run.outcome": {0, 1, 2} | WORKLOAD_CODES,
 }
 # A report is the answer of these codes: the findings or the outcome are printed, and the task returns the code
