@@ -20,7 +20,8 @@ PASSWORD = "pw-canary-7f3a9c2e"  # an --env value given under a secret name
 PLAIN = "plain-canary-51d0"  # an --env value under an ordinary name: shown only with --public
 TASKS = (
     "doctor", "image.build", "image.check", "image.inspect", "image.retarget", "pipeline.diff", "pipeline.generate",
-    "pipeline.plan", "pipeline.validate", "run.bisect", "run.dp-example", "run.moe-tests", "run.outcome", "run.step", "settings",
+    "pipeline.plan", "pipeline.validate", "run.bisect", "run.dp-example", "run.moe-tests", "run.outcome", "run.step",
+    "settings",
     "version", "workarounds",
 )  # fmt: skip
 

@@ -28,7 +28,8 @@ from rocmci.errors import UsageError
 
 TASK_NAMES = (
     "doctor", "image.build", "image.check", "image.inspect", "image.retarget", "pipeline.diff", "pipeline.generate",
-    "pipeline.plan", "pipeline.validate", "run.bisect", "run.dp-example", "run.moe-tests", "run.outcome", "run.step", "settings",
+    "pipeline.plan", "pipeline.validate", "run.bisect", "run.dp-example", "run.moe-tests", "run.outcome", "run.step",
+    "settings",
     "version", "workarounds",
 )  # fmt: skip
 
