@@ -1,0 +1,117 @@
+"""Older promises of issue 35 still open: `--out` naming an input is refused, and GPU archs are read from KFD
+sysfs (src/rocmci/gpus.py). docs/guards.md maps each test to the mutation it was watched to kill.
+
+`rocmci pipeline.generate` runs in process through `program.main`, as the console script runs it
+(tests/unit/test_mutants_cli.py's helper), on real files; the KFD trees are laid out as the amdgpu driver
+lays out /sys/class/kfd/kfd/topology/nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rocmci import gpus
+from tests.conftest import REPO
+from tests.unit.test_gpus import make_node
+from tests.unit.test_mutants_cli import _outside_any_workspace, rocmci  # noqa: F401 - fixtures
+
+DATA = REPO / "tests" / "data" / "pipeline"
+VALID = DATA / "source" / "valid" / "deepep.yaml"
+
+# --- --out naming an input is refused ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch) -> Path:
+    """A folder holding every file pipeline.generate reads: the step file, the changed-files list, the pool
+    inventory (ROCMCI_INVENTORY) and the workspace's pyproject.toml with a [tool.rocmci] table."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    shutil.copyfile(VALID, root / "steps.yaml")
+    shutil.copyfile(DATA / "agents.yaml", root / "agents.yaml")
+    (root / "changed.txt").write_text("vllm/distributed/parallel_state.py\n")
+    (root / "pyproject.toml").write_text('[tool.rocmci]\narch = "gfx942;gfx950"\n')
+    monkeypatch.setenv("ROCMCI_INVENTORY", str(root / "agents.yaml"))
+    monkeypatch.chdir(root)
+    return root
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()}
+
+
+@pytest.mark.parametrize("flag", ["--out", "--annotation"])
+@pytest.mark.parametrize(
+    ("target", "read_as"),
+    [
+        ("steps.yaml", "--source"),
+        ("changed.txt", "--changed-files"),
+        ("agents.yaml", "setting 'inventory' (env ROCMCI_INVENTORY) agents.yaml"),
+        ("pyproject.toml", "the workspace's pyproject.toml"),
+        ("link.yaml", "--source"),
+        ("hard.yaml", "--source"),
+    ],
+)
+def test_an_output_naming_an_input_is_refused_and_the_input_kept(rocmci, workspace, flag, target, read_as):  # noqa: F811
+    (workspace / "link.yaml").symlink_to(workspace / "steps.yaml")
+    os.link(workspace / "steps.yaml", workspace / "hard.yaml")
+    if flag == "--annotation":  # an annotation is written only when there are findings: give the file some
+        shutil.copyfile(DATA / "source" / "invalid" / "unknown-key.yaml", workspace / "steps.yaml")
+    before = _snapshot(workspace)
+    extra = ["--keep-going", "--out", str(workspace / "p.yaml")] if flag == "--annotation" else []
+    code, out, err = rocmci(
+        "pipeline.generate", "--source", "steps.yaml", "--changed-files", "changed.txt", *extra, flag, target
+    )
+    assert code == 2, err
+    refusal = err.splitlines()[-1]  # after the findings' report on stderr, for the file with findings
+    assert refusal.startswith(f"rocmci: {flag} ") and "writing would destroy" in refusal, err
+    assert f"({read_as}" in refusal and refusal.endswith(f"give {flag} another path"), refusal
+    assert "Traceback" not in err
+    assert _snapshot(workspace) == before  # nothing written, nothing replaced
+    assert out == ""
+
+
+def test_an_output_that_is_no_input_is_written(rocmci, workspace):  # noqa: F811
+    code, _, err = rocmci("pipeline.generate", "--source", "steps.yaml", "--changed-files", "changed.txt",
+                          "--out", "pipeline.yaml")  # fmt: skip
+    assert code == 0, err
+    assert "\nsteps:\n- group: AMD Tests\n" in (workspace / "pipeline.yaml").read_text()
+
+
+# --- GPU archs read from KFD sysfs -------------------------------------------------------------------------------
+
+
+def test_every_gpu_node_is_read_whatever_the_listing_order_of_a_node_without_properties(tmp_path):
+    """A node folder without a properties file (a GPU going away while the folder is listed) is skipped; the
+    nodes listed after it are still read. The folder listed first loses its file, wherever the filesystem
+    puts it."""
+    make_node(tmp_path, 0, 0)
+    for node, version in zip(range(1, 6), (90402, 90500, 90010, 110000, 120001), strict=True):
+        make_node(tmp_path, node, version, render=127 + node)
+    first = os.listdir(tmp_path)[0]
+    (tmp_path / first / "properties").unlink()
+    archs = {1: "gfx942", 2: "gfx950", 3: "gfx90a", 4: "gfx1100", 5: "gfx1201"}
+    expected = [(n, a) for n, a in archs.items() if str(n) != first]
+    found = gpus.detect_gpus(tmp_path)
+    assert [(g.node, g.arch) for g in found] == expected
+    assert [g.index for g in found] == list(range(len(expected)))
+
+
+def test_archs_come_from_gfx_target_version_only(tmp_path):
+    """The arch is gfx_target_version decoded; a line with more than two words, or a number past 64 bits, is not
+    a property (sysfs writes `name value`)."""
+    folder = tmp_path / "1"
+    folder.mkdir()
+    (folder / "properties").write_text(
+        "gfx_target_version 90402 extra\nname gfx1100\ngfx_target_version " + "9" * 21 + "\ndrm_render_minor 128\n"
+    )
+    make_node(tmp_path, 2, 90500, render=129)
+    assert [(g.node, g.arch, g.render_minor) for g in gpus.detect_gpus(tmp_path)] == [(2, "gfx950", 129)]
+    assert gpus.parse_properties("gfx_target_version 90402\nsimd_count 304\n") == {
+        "gfx_target_version": 90402,
+        "simd_count": 304,
+    }
