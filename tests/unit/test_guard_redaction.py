@@ -163,3 +163,38 @@ def _strip_given(text: str) -> list[str]:
             continue
         out.append(word)
     return out
+
+
+# --- the bounds of what is masked (survivors of the secrets mutation run) --------------------------------------
+
+LOWERS, DIGITS = "abcdefghijklmnopqrstuvwxyz", "0123456789"
+
+
+@pytest.mark.parametrize(
+    ("token", "random_looking"),
+    [
+        ("ABC" + LOWERS[:19] + DIGITS, True),  # exactly 3 upper case letters
+        ("AB" + LOWERS[:20] + DIGITS, False),
+        ("abc" + "ABCDEFGHIJKLMNOPQRS" + DIGITS, True),  # exactly 3 lower case letters
+        ("ab" + "ABCDEFGHIJKLMNOPQRST" + DIGITS, False),
+        ("012" + LOWERS[:15] + "ABCDEFGHIJKLMN", True),  # exactly 3 digits
+        ("01" + LOWERS[:15] + "ABCDEFGHIJKLMNO", False),
+        ("ABCabc123defgh45" * 2, True),  # 16 characters twice each: exactly 4.0 bits per character
+        ("ABCabc123defgh4" * 2 + "ab", False),  # a little less
+    ],
+)
+def test_a_long_token_is_secret_from_3_of_each_character_class_and_4_bits_per_character(token, random_looking):
+    assert len(token) == 32
+    assert (secret_kind(token) == "a long random-looking string") is random_looking
+    assert (Redactor()(f"x {token} y") == "x *** y") is random_looking
+
+
+def test_the_longest_secret_is_masked_first_so_no_part_of_it_shows():
+    """A secret that holds another one: masked shortest first (or in text order) its ends would show."""
+    redact = Redactor(given={"A": "zzzz-secret", "B": "aaaa-zzzz-secret-long"})
+    assert redact("got aaaa-zzzz-secret-long and zzzz-secret") == "got *** and ***"
+
+
+def test_a_plain_given_value_of_8_characters_is_masked_inside_words_and_7_only_as_a_word():
+    assert Redactor(given={"MODE": "abcdefgh"})("xxabcdefghyy abcdefgh") == "xx***yy ***"
+    assert Redactor(given={"MODE": "abcdefg"})("xxabcdefgyy abcdefg") == "xxabcdefgyy ***"
