@@ -176,3 +176,22 @@ def test_the_hook_passes_clean_files_with_warnings_and_fails_on_an_unreadable_on
     shutil.copyfile(DATA / "invalid" / "unknown-key.yaml", clean_env / "bad.yaml")
     assert hook.main(["--arch", "gfx942", "missing.yaml", "bad.yaml", "good.yaml"]) == 2  # the worst of 2 and 1
     assert hook.main(["--arch", "gfx942", "bad.yaml", "missing.yaml"]) == 2
+
+
+def test_held_steps_whose_block_keys_would_clash_each_wait_for_a_block_of_their_own():
+    """`X y`, `X-y` and `x Y` slug alike: each held step still gets its own block step and waits for it."""
+    text = _steps(_step("X y"), _step("X-y"), _step("x Y"))
+    src = source.from_document(yamldoc.parse(text, "s.yaml"))
+    generated = generate.generate(src, generate.Options(inputs=RUN_ALL))
+    findings = [Finding("s.yaml", line, 3, "x", ERROR, "bad") for line in (2, 7, 12)]
+    pipeline, held = keepgoing.hold(src, generated, findings)
+    members = pipeline["steps"][0]["steps"][3:]
+    assert [(m.get("key"), m["depends_on"]) for m in members] == [
+        ("block-mi300_1-x-y", generate.IMAGE_STEP_KEY),
+        (None, "block-mi300_1-x-y"),
+        ("rocmci-hold-1", generate.IMAGE_STEP_KEY),
+        (None, "rocmci-hold-1"),
+        ("rocmci-hold-2", generate.IMAGE_STEP_KEY),
+        (None, "rocmci-hold-2"),
+    ]
+    assert [h.how for h in held] == ["held"] * 3 and schema.is_valid(pipeline)
