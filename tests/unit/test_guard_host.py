@@ -115,3 +115,59 @@ def test_archs_come_from_gfx_target_version_only(tmp_path):
         "gfx_target_version": 90402,
         "simd_count": 304,
     }
+
+
+# --- KFD sysfs: what is a node, and what a bad --host-root says (survivors of the gpus mutation run) ------------
+
+
+def _usage_line(fn, *args) -> str:
+    from rocmci.errors import RocmciError
+
+    with pytest.raises(RocmciError) as err:
+        fn(*args)
+    assert err.value.exit_code == 2
+    return err.value.one_line()
+
+
+def test_a_host_root_that_no_folder_can_be_is_one_line_naming_the_flag(tmp_path):
+    file = tmp_path / "file"
+    file.write_text("x")
+    assert _usage_line(gpus.check_root, "\ud800x") == "--host-root '\\ud800x' is not valid text for a path"
+    assert _usage_line(gpus.check_root, "a\0b") == "--host-root 'a\\x00b' contains a NUL character"
+    assert _usage_line(gpus.check_root, str(file)) == f"--host-root '{str(file)[:60]}' is not a folder. give a folder"
+    below = str(file / ("x" * 80))
+    assert _usage_line(gpus.check_root, below) == f"--host-root '{below[:60]}': Not a directory. give a folder"
+    assert _usage_line(gpus.detect_gpus, file) == f"KFD sysfs '{str(file)[:60]}' is not a folder. give a folder"
+    assert gpus.check_root(tmp_path / "missing") == tmp_path / "missing"  # a host without GPUs
+
+
+def test_a_node_is_a_folder_named_by_at_most_6_ascii_digits_with_a_gfx_target_version(tmp_path):
+    make_node(tmp_path, 123456, 90402, render=128)
+    make_node(tmp_path, 1234567, 90500, render=129)  # 7 digits: not a node
+    (tmp_path / "\u0661").mkdir()  # an Arabic-Indic one, which int() would read as 1
+    (tmp_path / "\u0661" / "properties").write_text("gfx_target_version 90010\n")
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "properties").write_text("cpu_cores_count 64\n")  # no gfx_target_version: a CPU
+    (tmp_path / "8").mkdir()
+    (tmp_path / "8" / "properties").write_text("gfx_target_version " + "9" * 20 + "\n")  # 20 digits: read
+    found = gpus.detect_gpus(tmp_path)
+    assert [(g.node, g.arch) for g in found] == [(8, gpus.gfx_name(int("9" * 20))), (123456, "gfx942")]
+
+
+def test_more_than_4096_gpu_nodes_is_one_line(tmp_path):
+    for node in range(4097):
+        folder = tmp_path / str(node)
+        folder.mkdir()
+        (folder / "properties").write_text("gfx_target_version 90402\n")
+    assert _usage_line(gpus.detect_gpus, tmp_path) == f"{tmp_path}: more than 4096 GPU nodes"
+    (tmp_path / "4096" / "properties").write_text("gfx_target_version 0\n")
+    assert len(gpus.detect_gpus(tmp_path)) == 4096
+
+
+def test_renumbered_gpus_keep_their_node_and_arch(tmp_path):
+    make_node(tmp_path / "nodes", 1, 90402, render=128)
+    make_node(tmp_path / "nodes", 2, 90500, render=129)
+    (tmp_path / "dev/dri").mkdir(parents=True)
+    (tmp_path / "dev/dri/renderD129").write_text("")  # only the second GPU's render node is in this pod
+    found = gpus.with_render_nodes(gpus.detect_gpus(tmp_path / "nodes"), tmp_path)
+    assert found == [gpus.Gpu(index=0, node=2, arch="gfx950", render_minor=129)]
