@@ -118,7 +118,9 @@ def test_positions_fall_back_to_the_nearest_ancestor_and_the_start():
     doc = P("a:\n  b: [1, 2]\n", "f.yaml")
     assert doc.pos(("a", "b", 1)) == (2, 10)
     assert doc.pos(("a", "b", 7, "x")) == (2, 3)  # no such item: its list's key
+    assert doc.pos(("a", "b", "zz")) == (2, 3)  # one level up, not two
     assert doc.pos(("nope",)) == (1, 1) and doc.pos(()) == (1, 1)
+    assert P("", "f.yaml").pos(("a", 0)) == (1, 1) and P("# only a comment\n", "f.yaml").where(("a",)) == "f.yaml:1:1"
     assert doc.where(("a", "b", 0)) == "f.yaml:2:7"
 
 
@@ -132,3 +134,9 @@ def test_load_names_the_file_as_displayed(tmp_path):
         "shown.yaml: no such file (from --source)"
     )
     assert one_line(yamldoc.load, tmp_path / "missing.yaml") == f"{tmp_path / 'missing.yaml'}: no such file"
+
+
+def test_a_huge_integer_says_to_quote_it():
+    assert one_line(P, "a:\n  n: " + "9" * 22 + "\n", "f.yaml") == (
+        "f.yaml:2:6: a 22-character integer is too large (the limit is 21 characters). quote it to keep it as text"
+    )
