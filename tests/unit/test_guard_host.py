@@ -171,3 +171,29 @@ def test_renumbered_gpus_keep_their_node_and_arch(tmp_path):
     (tmp_path / "dev/dri/renderD129").write_text("")  # only the second GPU's render node is in this pod
     found = gpus.with_render_nodes(gpus.detect_gpus(tmp_path / "nodes"), tmp_path)
     assert found == [gpus.Gpu(index=0, node=2, arch="gfx950", render_minor=129)]
+
+
+def test_a_kfd_tree_that_cannot_be_read_is_one_line_naming_where(tmp_path):
+    from tests.unit.test_mutants_files import no_free_descriptor
+
+    make_node(tmp_path, 1, 90402, render=128)
+    with no_free_descriptor():  # listing a folder needs a descriptor: EMFILE, as on a host out of them
+        line = _usage_line(gpus.detect_gpus, tmp_path)
+    assert line == f"{tmp_path}: cannot list the KFD topology nodes: Too many open files"
+    fifo = tmp_path / "2"
+    fifo.mkdir()
+    os.mkfifo(fifo / "properties")  # a fake tree's FIFO: refused, never waited on
+    assert _usage_line(gpus.detect_gpus, tmp_path) == (
+        f"{fifo / 'properties'}: is a FIFO (named pipe), not a regular file (from KFD sysfs). give a regular file"
+    )
+    (fifo / "properties").unlink()
+    (fifo / "properties").write_text("x 1\n" * 20_000)  # 80 KB: past the 64 KiB a properties file may have
+    assert "is larger than the limit of 65536 bytes" in _usage_line(gpus.detect_gpus, tmp_path)
+    assert "(from --kfd)" in _usage_line(gpus.detect_gpus, tmp_path, "--kfd")
+
+
+def test_a_long_host_root_is_shown_up_to_60_characters():
+    long = "x" * 50 + "\0" + "y" * 50
+    assert _usage_line(gpus.check_root, long) == f"--host-root {long[:60]!r} contains a NUL character"
+    bad = "\ud800" + "z" * 80
+    assert _usage_line(gpus.check_root, bad) == f"--host-root {bad[:60]!r} is not valid text for a path"
