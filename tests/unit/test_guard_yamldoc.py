@@ -140,3 +140,31 @@ def test_a_huge_integer_says_to_quote_it():
     assert one_line(P, "a:\n  n: " + "9" * 22 + "\n", "f.yaml") == (
         "f.yaml:2:6: a 22-character integer is too large (the limit is 21 characters). quote it to keep it as text"
     )
+
+
+@pytest.mark.parametrize("value", ["0x1F", "0o17", "-0b1", "+0x1"])
+def test_a_prefixed_integer_tagged_float_is_one_line_not_a_traceback(value):
+    """serde_yaml reads `!!float` with Rust's float parser, which takes no 0x/0o/0b: unreadable input, one line.
+    (It was a ValueError traceback: ints were let through to float().)"""
+    assert one_line(P, f"v: !!float {value}\n", "f.yaml") == (
+        f"f.yaml:1:4: '{value}' is not a valid !!float value. fix the value or remove the tag"
+    )
+    assert P("v: !!float 2\n", "f.yaml").data["v"] == 2.0  # a decimal integer is a float's spelling too
+
+
+@pytest.mark.parametrize(("text", "value"), [("true", True), ("True", True), ("TRUE", True), ("FALSE", False)])
+def test_every_core_spelling_of_a_tagged_bool(text, value):
+    assert P(f"v: !!bool {text}\n", "f.yaml").data["v"] is value
+
+
+def test_text_reached_through_an_alias_counts_toward_the_bound_too():
+    items = ", ".join(["a"] * 99)
+    listed = f"base: &a [{items}]\nrefs: [" + ", ".join(["*a"] * 1001) + "]\n"
+    assert "YAML aliases expand to more than 100000 nodes" in one_line(P, listed, "f.yaml")
+    mapped = "base: &m {" + ", ".join(f"k{i}: v" for i in range(99)) + "}\nrefs: [" + ", ".join(["*m"] * 1001) + "]\n"
+    assert "YAML aliases expand to more than 100000 nodes" in one_line(P, mapped, "f.yaml")
+
+
+def test_a_merge_key_merges_a_list_of_mappings_the_first_winning():
+    text = "a: &a {x: 1, y: 1}\nb: &b {y: 2, z: 2}\nm:\n  <<: [*a, *b]\n  z: 3\n"
+    assert P(text, "f.yaml").data["m"] == {"x": 1, "y": 1, "z": 3}
