@@ -7,6 +7,9 @@ past 100 levels (by the event pass, and by libyaml's own limit), an alias bomb a
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from rocmci import yamldoc
@@ -169,3 +172,23 @@ def test_text_reached_through_an_alias_counts_toward_the_bound_too():
 def test_a_merge_key_merges_a_list_of_mappings_the_first_winning():
     text = "a: &a {x: 1, y: 1}\nb: &b {y: 2, z: 2}\nm:\n  <<: [*a, *b]\n  z: 3\n"
     assert P(text, "f.yaml").data["m"] == {"x": 1, "y": 1, "z": 3}
+
+
+def test_a_merge_of_something_that_is_not_a_mapping_is_one_line_at_it():
+    assert one_line(P, "a: 1\nm:\n  <<: [1]\n", "f.yaml") == "f.yaml:3:8: '<<' must merge a mapping"
+    assert one_line(P, "m:\n  <<: x\n", "f.yaml") == "f.yaml:2:7: '<<' must merge a mapping"
+
+
+@pytest.mark.parametrize("opener", ["[", "{", "{a: "])
+def test_flow_nesting_over_many_short_lines_is_one_line_not_a_crash(opener):
+    """40,000 levels, one per line: no line is long, so only the count of '[' and '{' sends the document to the
+    event pass. Without it libyaml's recursive composer overflows the C stack: a child process, so that such a
+    regression fails this test instead of killing the test run."""
+    code = (
+        "from rocmci import yamldoc\n"
+        "from rocmci.errors import InputError\n"
+        f"text = 'a: ' + {opener + chr(10)!r} * 40000\n"
+        "try:\n    yamldoc.parse(text, 'f.yaml')\nexcept InputError as exc:\n    print(exc.one_line())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert (done.returncode, done.stdout) == (0, "f.yaml:101:1: nested deeper than 100 levels. flatten the document\n")
