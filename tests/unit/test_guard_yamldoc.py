@@ -192,3 +192,20 @@ def test_flow_nesting_over_many_short_lines_is_one_line_not_a_crash(opener):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert (done.returncode, done.stdout) == (0, "f.yaml:101:1: nested deeper than 100 levels. flatten the document\n")
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        (b"\xff\xfea\x00", "f.yaml: UTF-16 text, not UTF-8. save the file as UTF-8"),
+        (b"\xfe\xff\x00a", "f.yaml: UTF-16 text, not UTF-8. save the file as UTF-8"),
+        (b"a: 1\n\x00", "f.yaml: binary file, not YAML"),
+        (b"a: \xe9\n", "f.yaml: not UTF-8 (byte 3). save the file as UTF-8"),
+        (b"a: 1\nb: x\x07y\n", "f.yaml:2:5: invalid YAML: control character #x0007 is not allowed"),
+        (b"x" * 8192 + b"\x00", "f.yaml:1:8193: invalid YAML: control character #x0000 is not allowed"),  # past 8 KiB
+    ],
+    ids=["utf-16-le", "utf-16-be", "nul", "latin-1", "bell", "nul-past-8k"],
+)
+def test_bytes_that_are_not_yaml_text_are_one_line(data, line):
+    assert one_line(P, data, "f.yaml") == line
+    assert P(b"a: 1\n", "f.yaml").data == {"a": 1}
