@@ -209,3 +209,14 @@ def test_flow_nesting_over_many_short_lines_is_one_line_not_a_crash(opener):
 def test_bytes_that_are_not_yaml_text_are_one_line(data, line):
     assert one_line(P, data, "f.yaml") == line
     assert P(b"a: 1\n", "f.yaml").data == {"a": 1}
+
+
+def test_parsing_leaves_the_garbage_collector_as_it_found_it():
+    import gc
+
+    assert gc.isenabled()
+    P("a: [1, 2]\n", "f.yaml")
+    assert gc.isenabled()
+    with pytest.raises(InputError):
+        P("a: [\n", "f.yaml")
+    assert gc.isenabled()
