@@ -47,7 +47,7 @@ class FileResult:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0].strip("`"))
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0].replace("`", ""))
     p.add_argument("files", nargs="+", metavar="FILE", help="vLLM-style step files (.buildkite/test-amd.yaml)")
     p.add_argument("--arch", help="archs the image's DeepEP is built for (default: the 'arch' setting)")
     p.add_argument("--mirror-hw", help="mirror_hardwares value to generate for (default: the 'mirror_hw' setting)")

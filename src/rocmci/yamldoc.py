@@ -289,9 +289,8 @@ class _Builder:
             return value  # a `<<` value (label: <<) is text, as serde_yaml reads it; only a `<<` key merges
         # An explicit tag: only the core ones, and only on a value that is one of them.
         pattern = _CORE_TAGS.get(tag)
-        if pattern is None or not re.fullmatch(pattern, value):
-            if not (tag == _FLOAT and re.fullmatch(_CORE_INT, value)):
-                raise self._tag_error(node)
+        if pattern is None or not re.fullmatch(pattern, value):  # a decimal integer is a float's spelling too
+            raise self._tag_error(node)
         if tag == _NULL:
             return None
         if tag == _BOOL:
