@@ -29,15 +29,20 @@ MAX_FIELD = 1000
 
 # ------------------------------------------------------------------------------- terminal safety
 
-# C0 controls but tab and newline, DEL, and C1 controls (U+0080..U+009F: some terminals act on them as ESC [).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_CONTROL_OR_NEWLINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# C0 controls but tab and newline, DEL, and C1 controls (U+0080..U+009F: some terminals act on them as ESC [);
+# then what reorders or hides text without being a control character: the bidi embeddings, overrides and
+# isolates (U+202A..U+202E, U+2066..U+2069: a U+202E makes `txt.exe` read as `exe.txt`), the directional
+# marks (U+200E, U+200F, U+061C), zero-width characters (U+200B..U+200D, U+2060, U+FEFF), and the line and
+# paragraph separators (U+2028, U+2029, U+0085 is C1), which split one record over several lines.
+_INVISIBLE = "\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\u2028\u2029"
+_CONTROL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_INVISIBLE}]")
+_CONTROL_OR_NEWLINE = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_INVISIBLE}]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
 
 
 def _escape_one(match: re.Match) -> str:
     c = match.group()
-    return _NAMED.get(c) or f"\\x{ord(c):02x}"
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
 
 
 def safe(text: Any, *, limit: int | None = MAX_FIELD, one_line: bool = True) -> str:
@@ -400,15 +405,44 @@ def to_json(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True)
 
 
+# A word of a printed command is cut here (a 1 MB step label must not make a 1 MB dry-run line); the cut
+# is said in the word itself, so a pasted command fails on it rather than running something else.
+MAX_WORD = 4 * MAX_FIELD
+_ANSI_C = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\E"}
+
+
+def shell_word(word: str) -> str:
+    """One word of a printed command, quoted for a POSIX shell, and safe for the terminal: a word holding a
+    control, bidi or line-separating character is written in bash's $'...' form with those characters as
+    escapes (\\n, \\E, \\u202e), so it stays on its line, reads in its order and still pastes exactly; a
+    word over MAX_WORD characters is cut, saying how much was left out."""
+    cut = ""
+    if len(word) > MAX_WORD:
+        cut = f"...({len(word) - MAX_WORD} more characters)"
+        word = word[:MAX_WORD]
+    if not _CONTROL_OR_NEWLINE.search(word):
+        return shlex.quote(word + cut)
+
+    def one(c: str) -> str:
+        if c in _ANSI_C:
+            return _ANSI_C[c]
+        if _CONTROL_OR_NEWLINE.fullmatch(c):
+            return f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}"
+        return c
+
+    return "$'" + "".join(map(one, word + cut)) + "'"
+
+
 def shell_lines(argv: list[str]) -> str:
-    """An exact command, shell-quoted, a flag and its value per line: readable and copy-pastable."""
+    """An exact command, shell-quoted, a flag and its value per line: readable and copy-pastable (see
+    shell_word: escaped for the terminal, each word bounded)."""
     lines: list[str] = []
     i = 0
     while i < len(argv):
         if argv[i].startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            lines.append(f"{shlex.quote(argv[i])} {shlex.quote(argv[i + 1])}")
+            lines.append(f"{shell_word(argv[i])} {shell_word(argv[i + 1])}")
             i += 2
         else:
-            lines.append(shlex.quote(argv[i]))
+            lines.append(shell_word(argv[i]))
             i += 1
     return " \\\n    ".join(lines)

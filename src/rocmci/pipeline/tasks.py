@@ -16,13 +16,16 @@ from rocmci.settings import resolve
 
 
 def _eprint(text: str) -> None:
-    print(text, file=sys.stderr)
+    """A line for stderr: it may quote a path, a label or a skip reason, so through report.safe (escaped, bounded)."""
+    from rocmci.report import MAX_FIELD, safe
+
+    print(safe(text, limit=4 * MAX_FIELD), file=sys.stderr)
 
 
 def generate(v) -> int:
     from rocmci.files import write_atomic
     from rocmci.pipeline.model import walk_steps
-    from rocmci.report import console
+    from rocmci.report import console, safe
     from rocmci.report_findings import print_report
 
     s = resolve(flags=dict(mirror_hw=v.mirror_hw, arch=v.arch, branch=v.branch))
@@ -50,7 +53,8 @@ def generate(v) -> int:
         if any(f.rule == "secret-in-pipeline" for f in report.findings):
             pipeline = keepgoing.without_secrets(pipeline)
         for h in held:
-            _eprint(f"--keep-going: {h.title}: {'held behind a block step' if h.how == 'held' else 'left out'}")
+            what = "held behind a block step" if h.how == "held" else "left out"
+            _eprint(f"--keep-going: {safe(h.title)}: {what}")  # the title bounded, so the line ends with what
     if v.annotation and report.findings:
         from rocmci.pipeline import keepgoing
 
