@@ -45,11 +45,27 @@ def _escape_one(match: re.Match) -> str:
     return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
 
 
+def redact_shapes(text: str) -> str:
+    """Every credential shape in `text` (a token, a private key, a URL's userinfo) as ***: secrets.Redactor
+    without an environment, so without any cost of its own where the text holds no anchor of a shape."""
+    global _SHAPES_ONLY
+    if _SHAPES_ONLY is None:
+        from rocmci.secrets import Redactor
+
+        _SHAPES_ONLY = Redactor()
+    return _SHAPES_ONLY(text)
+
+
+_SHAPES_ONLY = None
+
+
 def safe(text: Any, *, limit: int | None = MAX_FIELD, one_line: bool = True) -> str:
-    """`text` as it may be printed: control characters shown as escapes (ESC as \\e, NUL as \\x00), never
+    """`text` as it may be printed: the output gate for people. Credential shapes masked (redact_shapes: a
+    token in an image label, a URL's userinfo in a setting), control characters shown as escapes (ESC as
+    \\e, NUL as \\x00), never
     sent to the terminal (a file or an image label could clear the screen or retitle the window); cut to
     `limit` characters, saying how much was left out. `one_line` escapes newlines and tabs too."""
-    text = str(text)
+    text = redact_shapes(str(text))  # before the cut: a cut token would no longer look like one
     cut = ""
     if limit is not None and len(text) > limit:
         cut = f"... ({len(text) - limit} more characters)"
@@ -376,12 +392,21 @@ def records(items: Sequence[tuple[str, Sequence[tuple[str, str]]]], *, stream: I
     return _render(Group(*parts), mode)
 
 
+def redact_environ(text: str) -> str:
+    """`text` through the redactor of this process's environment: the values of its secret-named and
+    secret-looking variables, and every credential shape (a token, a URL's userinfo) in the text itself."""
+    from rocmci.secrets import Redactor
+
+    return Redactor(os.environ)(str(text))
+
+
 def error_line(text: str, *, stream: IO[str] | None = None) -> str:
-    """A `rocmci: ...` message for stderr: escaped and bounded; on a terminal wrapped between words, with
-    the continuation under the message and `rocmci:` in red."""
+    """A `rocmci: ...` message for stderr: redacted (a refusal quotes what it refuses, and a CI log is
+    public), escaped and bounded; on a terminal wrapped between words, with the continuation under the
+    message and `rocmci:` in red."""
     stream = sys.stderr if stream is None else stream
     mode = terminal_mode(stream)
-    text = safe(text, limit=4 * MAX_FIELD)
+    text = safe(redact_environ(text), limit=4 * MAX_FIELD)
     if not mode.interactive:
         return text
     from rich.table import Table
@@ -402,7 +427,9 @@ def error_line(text: str, *, stream: IO[str] | None = None) -> str:
 
 
 def to_json(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=True)
+    """JSON for machines, through the same redactor as text for people (a token in an image label or a
+    setting is *** in --json too); *** needs no JSON escaping, so the document stays valid."""
+    return redact_shapes(json.dumps(data, indent=2, sort_keys=True))
 
 
 # A word of a printed command is cut here (a 1 MB step label must not make a 1 MB dry-run line); the cut
