@@ -174,14 +174,15 @@ def _uploadable(step: dict[str, Any]) -> list[str]:
 
 
 def annotation(source_name: str, findings: list[Finding], held: list[Held]) -> str:
-    """Markdown for `buildkite-agent annotate`: what rocmci found and what it did about it."""
+    """Markdown for `buildkite-agent annotate`: what rocmci found and what it did about it. Every piece of
+    outside text (the file's name, step titles, findings quoting the file) goes through rocmci.markup."""
+    from rocmci import markup
+
     errors = sum(f.severity == ERROR for f in findings)
-    lines = [
-        f"**rocmci** checked `{source_name}`: {plural(errors, 'error')}, {plural(len(findings) - errors, 'warning')}.",
-        "",
-    ]
+    counts = f"{plural(errors, 'error')}, {plural(len(findings) - errors, 'warning')}"
+    lines = [f"**rocmci** checked {markup.code(source_name)}: {counts}.", ""]
     for h in held:
         what = "held behind a block step" if h.how == "held" else "left out of the pipeline"
-        lines.append(f"- `{h.title}`: {what}")
-    lines += ["", "```", *(f.text() for f in findings), "```"]
+        lines.append(f"- {markup.code(h.title)}: {what}")
+    lines += ["", *markup.block(f.text() for f in findings)]
     return "\n".join(lines) + "\n"
