@@ -1,5 +1,6 @@
 """`rocmci ARGV` in process, for the output-gate tests (issue 32): program.main as the console script runs it,
-its streams captured, signal handlers put back. Not a test module: imported by tests/unit/test_gate_*.py."""
+its streams captured, signal handlers put back. Not a test module: imported by tests/unit/test_gate_*.py (the
+fixtures are named by `name=`, so that importing them does not shadow the test functions' parameters)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from rocmci.cli import program
 
 
-@pytest.fixture(autouse=True)
-def outside_any_workspace(tmp_path, monkeypatch):
+@pytest.fixture(autouse=True, name="outside_any_workspace")
+def outside_any_workspace_fixture(tmp_path, monkeypatch):
     """No ROCMCI_* setting and no pyproject.toml of this repository changes what a task does."""
     for name in [n for n in os.environ if n.startswith("ROCMCI_")] + ["CI", "BUILDKITE"]:
         monkeypatch.delenv(name, raising=False)
@@ -22,8 +23,8 @@ def outside_any_workspace(tmp_path, monkeypatch):
     return work
 
 
-@pytest.fixture
-def rocmci(capsys):
+@pytest.fixture(name="rocmci")
+def rocmci_fixture(capsys):
     """rocmci(*argv) -> (exit status, stdout, stderr)."""
 
     def call(*argv: str) -> tuple[int, str, str]:

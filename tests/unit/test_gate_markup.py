@@ -17,7 +17,7 @@ from markdown_it import MarkdownIt
 from rocmci.findings import ERROR, Finding
 from rocmci.pipeline import keepgoing
 from rocmci.runs.results import JUnitSummary, Outcome, Result, render_annotation
-from tests.unit.gate_cli import outside_any_workspace, rocmci  # noqa: F401 - fixtures
+from tests.unit.gate_cli import outside_any_workspace_fixture, rocmci_fixture  # noqa: F401 - fixtures
 
 ATTACKS = [
     "x` <img src=x onerror=alert(1)> [click](https://evil.example) `y",

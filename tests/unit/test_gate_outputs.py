@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocmci.cli import program
-from tests.unit.gate_cli import outside_any_workspace, rocmci  # noqa: F401 - fixtures
+from tests.unit.gate_cli import outside_any_workspace_fixture, rocmci_fixture  # noqa: F401 - fixtures
 
 OLD = "# an earlier run's pipeline\nsteps: []\n"
 

@@ -15,7 +15,7 @@ from rocmci.errors import InputError, UsageError
 from rocmci.runs import workarounds
 from rocmci.settings import resolve
 from rocmci.yamldoc import parse
-from tests.unit.gate_cli import outside_any_workspace, rocmci  # noqa: F401 - fixtures
+from tests.unit.gate_cli import outside_any_workspace_fixture, rocmci_fixture  # noqa: F401 - fixtures
 
 TOKEN = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A"
 PLAIN = "unshaped-env-secret-4711"  # only the environment says it is a secret: MY_API_TOKEN holds it
@@ -119,7 +119,10 @@ def test_a_build_arg_under_a_secret_name_is_refused_and_a_plain_one_kept():
         flags.parse({"build_arg": ["HF_TOKEN=whatever"]})
     kept = ("DEEPEP_REPO", "https://github.com/deepseek-ai/DeepEP.git")
     assert flags.parse({"build_arg": ["max_jobs=8", "=".join(kept), "GIT_USER=ssh://git@host/r"]}).build_arg == (
-        ("max_jobs", "8"), kept, ("GIT_USER", "ssh://git@host/r"))
+        ("max_jobs", "8"),
+        kept,
+        ("GIT_USER", "ssh://git@host/r"),
+    )
 
 
 REGISTRY = """\
@@ -140,7 +143,7 @@ def test_a_workaround_that_sets_a_secret_is_refused_at_its_line(name, value):
     with pytest.raises(InputError) as caught:
         workarounds.from_document(doc)
     line = caught.value.one_line()
-    assert line.startswith(f"workarounds.yaml:8:") and name in line and value not in line
+    assert line.startswith("workarounds.yaml:8:") and name in line and value not in line
     assert caught.value.exit_code == 2
 
 

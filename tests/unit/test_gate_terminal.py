@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocmci import report
-from tests.unit.gate_cli import outside_any_workspace, rocmci  # noqa: F401 - fixtures
+from tests.unit.gate_cli import outside_any_workspace_fixture, rocmci_fixture  # noqa: F401 - fixtures
 
 BIDI = {"LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI", "LRM", "RLM", "ALM"}
 TRICKY = "\u202e\u202d\u2066\u2067\u2068\u2069\u200e\u200f\u061c\u200b\u2028\u2029\x85\x1b\x07\r\n\t\x0b\x0c\x1c\x00"
