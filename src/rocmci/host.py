@@ -33,12 +33,14 @@ def shown_source(source: str, checkout: str) -> str:
 
 
 def settings_rows(resolved) -> list[tuple[str, str, str]]:
-    return [(name, shown_value(resolved.values[name].value), shown_source(source, resolved.vllm_src))
-            for name, _, source in resolved.rows()]  # fmt: skip
+    # The value as rows() gives it (credentials masked), not the raw one: rows() is the one display of a setting.
+    return [(name, shown_value(masked if isinstance(resolved.values[name].value, str) else resolved.values[name].value),
+             shown_source(source, resolved.vllm_src))
+            for name, masked, source in resolved.rows()]  # fmt: skip
 
 
 def show_settings(v) -> int:
-    from rocmci.report import terminal_mode
+    from rocmci.report import safe, terminal_mode
 
     resolved = settingsmod.resolve()
     if v.json:
@@ -54,9 +56,9 @@ def show_settings(v) -> int:
         print(table(("setting", "value (source, where not the default)"), rows2, styles={NOT_SET: "dim"}))
     else:
         print(table(headers, rows, styles={"default": "dim", NOT_SET: "dim"}))
-    print(f"\nworkspace: {resolved.workspace}")
+    print(f"\nworkspace: {safe(resolved.workspace)}")  # a checkout's path may hold any character
     if resolved.vllm_src:
-        print(f"vLLM checkout: {resolved.vllm_src}")
+        print(f"vLLM checkout: {safe(resolved.vllm_src)}")
     return 0
 
 

@@ -29,22 +29,43 @@ MAX_FIELD = 1000
 
 # ------------------------------------------------------------------------------- terminal safety
 
-# C0 controls but tab and newline, DEL, and C1 controls (U+0080..U+009F: some terminals act on them as ESC [).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_CONTROL_OR_NEWLINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# C0 controls but tab and newline, DEL, and C1 controls (U+0080..U+009F: some terminals act on them as ESC [);
+# then what reorders or hides text without being a control character: the bidi embeddings, overrides and
+# isolates (U+202A..U+202E, U+2066..U+2069: a U+202E makes `txt.exe` read as `exe.txt`), the directional
+# marks (U+200E, U+200F, U+061C), zero-width characters (U+200B..U+200D, U+2060, U+FEFF), and the line and
+# paragraph separators (U+2028, U+2029, U+0085 is C1), which split one record over several lines.
+_INVISIBLE = "\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\u2028\u2029"
+_CONTROL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_INVISIBLE}]")
+_CONTROL_OR_NEWLINE = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_INVISIBLE}]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
 
 
 def _escape_one(match: re.Match) -> str:
     c = match.group()
-    return _NAMED.get(c) or f"\\x{ord(c):02x}"
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def redact_shapes(text: str) -> str:
+    """Every credential shape in `text` (a token, a private key, a URL's userinfo) as ***: secrets.Redactor
+    without an environment, so without any cost of its own where the text holds no anchor of a shape."""
+    global _SHAPES_ONLY
+    if _SHAPES_ONLY is None:
+        from rocmci.secrets import Redactor
+
+        _SHAPES_ONLY = Redactor()
+    return _SHAPES_ONLY(text)
+
+
+_SHAPES_ONLY = None
 
 
 def safe(text: Any, *, limit: int | None = MAX_FIELD, one_line: bool = True) -> str:
-    """`text` as it may be printed: control characters shown as escapes (ESC as \\e, NUL as \\x00), never
+    """`text` as it may be printed: the output gate for people. Credential shapes masked (redact_shapes: a
+    token in an image label, a URL's userinfo in a setting), control characters shown as escapes (ESC as
+    \\e, NUL as \\x00), never
     sent to the terminal (a file or an image label could clear the screen or retitle the window); cut to
     `limit` characters, saying how much was left out. `one_line` escapes newlines and tabs too."""
-    text = str(text)
+    text = redact_shapes(str(text))  # before the cut: a cut token would no longer look like one
     cut = ""
     if limit is not None and len(text) > limit:
         cut = f"... ({len(text) - limit} more characters)"
@@ -371,12 +392,21 @@ def records(items: Sequence[tuple[str, Sequence[tuple[str, str]]]], *, stream: I
     return _render(Group(*parts), mode)
 
 
+def redact_environ(text: str) -> str:
+    """`text` through the redactor of this process's environment: the values of its secret-named and
+    secret-looking variables, and every credential shape (a token, a URL's userinfo) in the text itself."""
+    from rocmci.secrets import Redactor
+
+    return Redactor(os.environ)(str(text))
+
+
 def error_line(text: str, *, stream: IO[str] | None = None) -> str:
-    """A `rocmci: ...` message for stderr: escaped and bounded; on a terminal wrapped between words, with
-    the continuation under the message and `rocmci:` in red."""
+    """A `rocmci: ...` message for stderr: redacted (a refusal quotes what it refuses, and a CI log is
+    public), escaped and bounded; on a terminal wrapped between words, with the continuation under the
+    message and `rocmci:` in red."""
     stream = sys.stderr if stream is None else stream
     mode = terminal_mode(stream)
-    text = safe(text, limit=4 * MAX_FIELD)
+    text = safe(redact_environ(text), limit=4 * MAX_FIELD)
     if not mode.interactive:
         return text
     from rich.table import Table
@@ -397,18 +427,49 @@ def error_line(text: str, *, stream: IO[str] | None = None) -> str:
 
 
 def to_json(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=True)
+    """JSON for machines, through the same redactor as text for people (a token in an image label or a
+    setting is *** in --json too); *** needs no JSON escaping, so the document stays valid."""
+    return redact_shapes(json.dumps(data, indent=2, sort_keys=True))
+
+
+# A word of a printed command is cut here (a 1 MB step label must not make a 1 MB dry-run line); the cut
+# is said in the word itself, so a pasted command fails on it rather than running something else.
+MAX_WORD = 4 * MAX_FIELD
+_ANSI_C = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\E"}
+
+
+def shell_word(word: str) -> str:
+    """One word of a printed command, quoted for a POSIX shell, and safe for the terminal: a word holding a
+    control, bidi or line-separating character is written in bash's $'...' form with those characters as
+    escapes (\\n, \\E, \\u202e), so it stays on its line, reads in its order and still pastes exactly; a
+    word over MAX_WORD characters is cut, saying how much was left out."""
+    cut = ""
+    if len(word) > MAX_WORD:
+        cut = f"...({len(word) - MAX_WORD} more characters)"
+        word = word[:MAX_WORD]
+    if not _CONTROL_OR_NEWLINE.search(word):
+        return shlex.quote(word + cut)
+
+    def one(c: str) -> str:
+        if c in _ANSI_C:
+            return _ANSI_C[c]
+        if _CONTROL_OR_NEWLINE.fullmatch(c):
+            return f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}"
+        return c
+
+    return "$'" + "".join(map(one, word + cut)) + "'"
 
 
 def shell_lines(argv: list[str]) -> str:
-    """An exact command, shell-quoted, a flag and its value per line: readable and copy-pastable."""
+    """An exact command, shell-quoted, a flag and its value per line: readable and copy-pastable (see
+    shell_word: escaped for the terminal, each word bounded)."""
     lines: list[str] = []
     i = 0
     while i < len(argv):
         if argv[i].startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            lines.append(f"{shlex.quote(argv[i])} {shlex.quote(argv[i + 1])}")
+            lines.append(f"{shell_word(argv[i])} {shell_word(argv[i + 1])}")
             i += 2
         else:
-            lines.append(shlex.quote(argv[i]))
+            lines.append(shell_word(argv[i]))
             i += 1
     return " \\\n    ".join(lines)

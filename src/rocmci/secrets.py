@@ -65,6 +65,9 @@ _SHAPES: tuple[tuple[str, str, str], ...] = (
     # `\b[a-z][a-z0-9+.-]*://` restarted at every letter of 'a.a.a...' and scanned to the end each time
     # (quadratic: 10^6 characters took hours). Masked, a URL keeps its shape: https://***@host/repo.
     ("a password in a URL", "://", r"(?<=://)[^/\s:@$]+:[^/\s@$]{3,}(?=@)"),
+    # Over http(s) any userinfo is a credential (https://TOKEN@github.com/...: git sends it as the password);
+    # ssh's user name (ssh://git@host) is none and stays. A `$NAME` there is a reference, not a value.
+    ("a token in a URL", "://", r"(?:(?<=http://)|(?<=https://))[^/\s:@$]{4,}(?=@)"),
 )
 _ANCHORS = re.compile("|".join(anchor for _, anchor, _ in _SHAPES))
 

@@ -68,11 +68,14 @@ class Settings:
         return Path(os.path.realpath(self.workspace / os.path.expanduser(text)))
 
     def rows(self) -> list[tuple[str, str, str]]:
-        """For display: a URL's credentials (ROCMCI_DEEPEP_REPO=https://oauth2:...@...) are shown as ***."""
+        """For display (the table and --json alike): a URL's credentials (ROCMCI_DEEPEP_REPO=https://oauth2:...@...)
+        and any other credential shape are shown as ***."""
+        from rocmci.secrets import Redactor
         from rocmci.values import without_url_credentials
 
+        mask = Redactor()
         return [
-            (s.name, without_url_credentials(str(self.values[s.name].value)), self.values[s.name].source)
+            (s.name, mask(without_url_credentials(str(self.values[s.name].value))), self.values[s.name].source)
             for s in REGISTRY
         ]
 
@@ -94,8 +97,10 @@ _FALSE = {"false", "0"}
 
 
 def _short(raw: Any) -> str:
-    """repr of a value, cut to fit one line of an error."""
-    return repr(raw) if len(repr(raw)) <= 60 else repr(raw)[:57] + "..."
+    """repr of a value, redacted and cut to fit one line of an error (values.shown)."""
+    from rocmci.values import shown, shown_repr
+
+    return shown(raw) if isinstance(raw, str) else shown_repr(raw)
 
 
 def _bad(setting: Setting, where: str, what: str, raw: Any, hint: str | None = None) -> UsageError:
@@ -129,7 +134,7 @@ def _convert_bool(setting: Setting, raw: Any, where: str) -> bool:
 def _convert_str(setting: Setting, raw: Any, where: str) -> str:
     if not isinstance(raw, str):
         raise UsageError(
-            f"setting {setting.name!r} from {where} must be a string, got {type(raw).__name__} {raw!r}"[:200]
+            f"setting {setting.name!r} from {where} must be a string, got {type(raw).__name__} {_short(raw)}"
         )
     control = _CONTROL.search(raw)
     if control:
@@ -213,7 +218,7 @@ def read_pyproject(workspace: Path) -> dict[str, Any]:
     data = parse_toml(text, str(path))  # bounded: huge integers and deep nesting are one line, not a traceback
     tool = data.get("tool", {})
     if not isinstance(tool, dict):
-        raise InputError(f"'tool' must be a table, got {type(tool).__name__} {tool!r}"[:120], where=str(path))
+        raise InputError(f"'tool' must be a table, got {type(tool).__name__} {_short(tool)}", where=str(path))
     section = tool.get("rocmci", {})
     if not isinstance(section, dict):
         raise InputError("[tool.rocmci] must be a table", where=str(path))

@@ -28,10 +28,30 @@ MAX_INT_DIGITS = 18
 _INT = re.compile(r"[+-]?[0-9]+")
 
 
+SHOWN = 60  # characters of a refused value that its one line quotes
+
+
 def shown(text: str) -> str:
-    """repr of outside text, cut to 60 characters: an error or finding line stays short whatever the input."""
-    r = repr(text[:61])
-    return r if len(r) <= 60 else r[:57] + "..."
+    """repr of outside text as a refusal quotes it: redacted first (secrets of this process's environment and
+    every credential shape: a CI log publishes the line), then cut to SHOWN characters, so an error or finding
+    line stays short whatever the input. Redacted before cutting: a cut token would no longer look like one."""
+    import os
+
+    from rocmci.secrets import Redactor
+
+    text = str(text)
+    r = repr(Redactor(os.environ)(text[: 64 * SHOWN]))  # a token starts within the SHOWN shown characters
+    return r if len(r) <= SHOWN else r[: SHOWN - 3] + "..."
+
+
+def shown_repr(value: object) -> str:
+    """A non-text value (a TOML list or table) as a refusal quotes it: its repr, redacted and cut (see shown)."""
+    import os
+
+    from rocmci.secrets import Redactor
+
+    r = Redactor(os.environ)(repr(value)[: 64 * SHOWN])
+    return r if len(r) <= SHOWN else r[: SHOWN - 3] + "..."
 
 
 _shown = shown
@@ -125,7 +145,10 @@ def env_pairs(flag: str, items: Sequence[str]) -> EnvPairs:
     out = []
     for item in items:
         name, sep, value = item.partition("=")
-        if not sep or not _ENV_NAME.fullmatch(name):
+        if not sep:  # the item may be the value alone, a secret: --env promises every value is redacted
+            raise UsageError(f"{flag} (an item of {len(item)} characters, not shown) has no '=': it must be NAME=value",
+                             hint="e.g. --env HF_HUB_OFFLINE=1")  # fmt: skip
+        if not _ENV_NAME.fullmatch(name):
             raise UsageError(f"{flag} {_shown(name)} must be NAME=value", hint="e.g. --env HF_HUB_OFFLINE=1")
         out.append((name, value))
     return EnvPairs(tuple(out))
@@ -143,7 +166,8 @@ def shell_words(flag: str, text: str) -> tuple[str, ...]:
     try:
         return tuple(shlex.split(text))
     except ValueError as exc:
-        raise UsageError(f"{flag} {_shown(text)}: {exc}", hint="balance the quotes") from None
+        # not quoted: --extra is redacted in all output, and any word of it may be a secret
+        raise UsageError(f"{flag} (of {len(text)} characters): {exc}", hint="balance the quotes") from None
 
 
 def path_text(flag: str, text: str) -> str:

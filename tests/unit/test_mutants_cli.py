@@ -778,13 +778,14 @@ BUILD_ARG_HINT = "e.g. --build-arg max_jobs=8"
         ({"mode": "zzz"}, "unknown --mode 'zzz'. choose one of: high-throughput, low-latency, both"),
         ({"build_id": "4711;rm"}, "--build-id '4711;rm' is not a build id. give BUILDKITE_BUILD_ID, e.g. --build-i"
                                   "d 4711"),
-        ({"build_arg": ["max_jobs"]}, "--build-arg 'max_jobs' must be NAME=VALUE. e.g. --build-arg max_jobs=8"),
-        ({"build_arg": ["A=1", "9x=1"]}, "--build-arg '9x=1' must be NAME=VALUE. e.g. --build-arg max_jobs=8"),
-        ({"build_arg": ["-A=1"]}, "--build-arg '-A=1' must be NAME=VALUE. e.g. --build-arg max_jobs=8"),
-        ({"build_arg": ["A-B=1"]}, "--build-arg 'A-B=1' must be NAME=VALUE. e.g. --build-arg max_jobs=8"),
-        ({"build_arg": ["N" * 129 + "=1"]}, f"--build-arg '{'N' * 60}' must be NAME=VALUE. {BUILD_ARG_HINT}"),
-        ({"label": ["ok", "x" * 101]}, f"--label '{'x' * 40}'... is not a label name. {LABEL_HINT}"),
-        ({"label": ["y" * 40 + "\n"]}, f"--label '{'y' * 40}'... is not a label name. {LABEL_HINT}"),
+        ({"build_arg": ["max_jobs"]}, "--build-arg (an item of 8 characters, not shown) must be NAME=VALUE. e.g. --b"
+                                 "uild-arg max_jobs=8"),  # the item may be the value alone: never quoted
+        ({"build_arg": ["A=1", "9x=1"]}, "--build-arg '9x' must be NAME=VALUE. e.g. --build-arg max_jobs=8"),
+        ({"build_arg": ["-A=1"]}, "--build-arg '-A' must be NAME=VALUE. e.g. --build-arg max_jobs=8"),
+        ({"build_arg": ["A-B=1"]}, "--build-arg 'A-B' must be NAME=VALUE. e.g. --build-arg max_jobs=8"),
+        ({"build_arg": ["N" * 129 + "=1"]}, f"--build-arg '{'N' * 56}... must be NAME=VALUE. {BUILD_ARG_HINT}"),
+        ({"label": ["ok", "x" * 101]}, f"--label '{'x' * 56}... is not a label name. {LABEL_HINT}"),
+        ({"label": ["y" * 40 + "\n"]}, f"--label '{'y' * 40}\\n' is not a label name. {LABEL_HINT}"),
         ({"label": ["z" * 40]}, None),
         ({"label": ["w" * 39 + "\n"]}, f"--label '{'w' * 39}\\n' is not a label name. {LABEL_HINT}"),
         ({"label": ["\t"]}, f"--label '\\t' is not a label name. {LABEL_HINT}"),

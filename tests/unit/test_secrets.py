@@ -74,6 +74,7 @@ CREDENTIALS = [
     ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----", "a private key"),
     ("-----BEGIN RSA PRIVATE KEY-----", "a private key"),
     ("https://user:hunter22@example.com/repo.git", "a password in a URL"),
+    ("git clone https://x0tokenvalue@example.com/repo.git", "a token in a URL"),
     ("xoxb-" + "1234567890-abcdefghij", "a Slack token"),
     ("npm_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8", "an npm token"),
     ("git clone https://oauth2:glpat-" + "aB3dE5fG7hJ9kL1mN3pQ@example", "a GitLab token"),

@@ -58,9 +58,8 @@ def _labels(flag: str, items) -> tuple[str, ...]:
 
     for name in items:
         if not name.strip() or len(name) > MAX_LABEL or not name.isprintable():
-            shown = repr(name[:40]) + ("..." if len(name) > 40 else "")
             hint = f"printable text of 1 to {MAX_LABEL} characters"
-            raise UsageError(f"{flag} {shown} is not a label name", hint=hint)
+            raise UsageError(f"{flag} {v.shown(name)} is not a label name", hint=hint)
     return tuple(items)
 
 
@@ -169,12 +168,28 @@ REPEATABLE = ("env", "public", "build_arg", "label")
 
 
 def _build_args(flag: str, items) -> tuple[tuple[str, str], ...]:
-    """NAME=VALUE pairs; which names the Dockerfile declares is checked where it is read (image/requests.py)."""
+    """NAME=VALUE pairs; which names the Dockerfile declares is checked where it is read (image/requests.py).
+
+    A build arg is no place for a secret: docker prints it, keeps it in the image's history (`docker history`)
+    and the Dockerfile may bake it into a layer (WORKDIR, ENV). A value with a URL's credentials or a
+    credential's shape, or under a secret's name, is refused here, as the settings refuse such a URL; the
+    refusal names the argument, never its value."""
+    from rocmci.secrets import is_secret, secret_kind
+
     out = []
     for item in items:
         name, sep, value = str(item).partition("=")
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", name):
-            raise UsageError(f"{flag} {str(item)[:60]!r} must be NAME=VALUE", hint="e.g. --build-arg max_jobs=8")
+            shown = v.shown(name) if sep else f"(an item of {len(str(item))} characters, not shown)"
+            raise UsageError(f"{flag} {shown} must be NAME=VALUE", hint="e.g. --build-arg max_jobs=8")
+        kind = "a URL with credentials" if v.url_credentials(value.strip()) else secret_kind(value)
+        if kind or (value and is_secret(name)):
+            what = f"its value looks like {kind}" if kind else "its name says it holds a secret"
+            raise UsageError(
+                f"{flag} {name}: {what}; build args are printed and kept in the image (docker history)",
+                hint="give the build a URL without credentials (a git credential helper or a mirror), "
+                "never a token as a build arg",
+            )
         out.append((name, value))
     return tuple(out)
 

@@ -23,6 +23,11 @@ from rocmci.pipeline.source import SourceFile, SourceStep
 from rocmci.report import plural
 
 LABEL_LIMIT = 300
+# Rules whose error means Buildkite refuses the whole upload (every step of the build, not just one): YAML it
+# cannot read, its schema, more than 500 steps, keys and dependencies it cannot resolve. An error of another rule
+# on a held step is why the step is held; on any other step, or of these rules, --keep-going writes nothing.
+UPLOAD_REFUSED = frozenset({"yaml-syntax", "duplicate-key", "schema", "step-limit", "unique-key", "key-pattern",
+                            "depends-on", "dependency-cycle"})  # fmt: skip
 _KEPT = frozenset({"label", "command", "depends_on", "agents", "key"})  # what makes the step itself
 
 
@@ -101,11 +106,11 @@ def hold(source: SourceFile, generated: Generated, findings: list[Finding]) -> t
         if origins[at - 1] is origins[at] and isinstance(before, dict) and "block" in before:
             before["block"] = _block_text(title, found)
             before["prompt"] = prompt
-            if not KEY_PATTERN.fullmatch(str(before["key"])):  # a label or pool that is not text: see _uploadable
+            if not _valid_key(before["key"]):  # a label or pool that is not text, too long, or with a $NAME
                 before["key"] = step["depends_on"] = _free_key(f"rocmci-hold-{index}", used)
         else:
             key = f"block-{slug(origins[at])}"
-            if key in used or not KEY_PATTERN.fullmatch(key):
+            if key in used or not _valid_key(key):
                 key = _free_key(f"rocmci-hold-{index}", used)
             used.add(key)
             block = {"block": _block_text(title, found), "prompt": prompt, "depends_on": IMAGE_STEP_KEY, "key": key}
@@ -150,6 +155,16 @@ def without_secrets(value: Any, mask: Any = None) -> Any:
     return value
 
 
+def _valid_key(key: Any) -> bool:
+    """A key Buildkite takes as written, as the key-pattern rule checks it (characters, at most 100 of them, no
+    UUID), and without a `$NAME` the upload would replace (the template's block key is the label's slug)."""
+    from rocmci.pipeline.rules import INTERPOLATION, UUID
+
+    text = str(key)
+    return bool(KEY_PATTERN.fullmatch(text)) and len(text) <= 100 and not UUID.fullmatch(text) and not (
+        INTERPOLATION.search(text))  # fmt: skip
+
+
 def _free_key(key: str, used: set) -> str:
     while key in used:
         key += "-"
@@ -174,14 +189,15 @@ def _uploadable(step: dict[str, Any]) -> list[str]:
 
 
 def annotation(source_name: str, findings: list[Finding], held: list[Held]) -> str:
-    """Markdown for `buildkite-agent annotate`: what rocmci found and what it did about it."""
+    """Markdown for `buildkite-agent annotate`: what rocmci found and what it did about it. Every piece of
+    outside text (the file's name, step titles, findings quoting the file) goes through rocmci.markup."""
+    from rocmci import markup
+
     errors = sum(f.severity == ERROR for f in findings)
-    lines = [
-        f"**rocmci** checked `{source_name}`: {plural(errors, 'error')}, {plural(len(findings) - errors, 'warning')}.",
-        "",
-    ]
+    counts = f"{plural(errors, 'error')}, {plural(len(findings) - errors, 'warning')}"
+    lines = [f"**rocmci** checked {markup.code(source_name)}: {counts}.", ""]
     for h in held:
         what = "held behind a block step" if h.how == "held" else "left out of the pipeline"
-        lines.append(f"- `{h.title}`: {what}")
-    lines += ["", "```", *(f.text() for f in findings), "```"]
+        lines.append(f"- {markup.code(h.title)}: {what}")
+    lines += ["", *markup.block(f.text() for f in findings)]
     return "\n".join(lines) + "\n"

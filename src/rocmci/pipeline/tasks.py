@@ -16,20 +16,28 @@ from rocmci.settings import resolve
 
 
 def _eprint(text: str) -> None:
-    print(text, file=sys.stderr)
+    """A line for stderr: it may quote a path, a label or a skip reason, so through report.safe (escaped, bounded)."""
+    from rocmci.report import MAX_FIELD, safe
+
+    print(safe(text, limit=4 * MAX_FIELD), file=sys.stderr)
 
 
 def generate(v) -> int:
     from rocmci.files import write_atomic
     from rocmci.pipeline.model import walk_steps
-    from rocmci.report import console
+    from rocmci.report import console, safe
     from rocmci.report_findings import print_report
 
+    _distinct_outputs(v.out, v.annotation)
     s = resolve(flags=dict(mirror_hw=v.mirror_hw, arch=v.arch, branch=v.branch))
     i = service.inputs(s, v.source)
     opts, decision = service.generate_options(s, v.changed_files, v.diff_base, v.run_all, v.nightly)
     if decision.skip:
         _eprint(f"no pipeline: {decision.skip} (as bootstrap-amd.sh)")
+        # Never stale: a pipeline or annotation a previous run left there would be uploaded as this one's.
+        for path, what in ((v.out, "--out"), (v.annotation, "--annotation")):
+            if path and _remove_output(path, what):
+                _eprint(f"removed {path} ({what}): it held an earlier run's output, and this change has none")
         return 0
     skip_final_collection()
     with no_gc():
@@ -50,13 +58,27 @@ def generate(v) -> int:
         if any(f.rule == "secret-in-pipeline" for f in report.findings):
             pipeline = keepgoing.without_secrets(pipeline)
         for h in held:
-            _eprint(f"--keep-going: {h.title}: {'held behind a block step' if h.how == 'held' else 'left out'}")
-    if v.annotation and report.findings:
+            what = "held behind a block step" if h.how == "held" else "left out"
+            _eprint(f"--keep-going: {safe(h.title)}: {what}")  # the title bounded, so the line ends with what
+    text = service.render(pipeline, v.format, i.source_name)
+    # --keep-going changed the pipeline: it is written only if Buildkite would take it
+    refused = _refused(text, i, s.workspace, src, held) if report.errors else []
+    if v.annotation:  # no findings is news too: an earlier run's findings must not stay in the file
         from rocmci.pipeline import keepgoing
 
-        annotation = keepgoing.annotation(i.source_name, report.findings, held)
+        annotation = keepgoing.annotation(i.source_name, [*report.findings, *refused], held)
         write_atomic(Path(v.annotation), annotation, what="--annotation")
-    text = service.render(pipeline, v.format, i.source_name)
+    if refused:
+        for f in refused[:5]:  # what validate --pipeline says of it, so the one line below can be short
+            _eprint(f.text())
+        first, errors = refused[0], len(refused)
+        more = f" (+{plural(errors - 1, 'more error')})" if errors > 1 else ""
+        raise FindingsError(
+            f"--keep-going: the pipeline it would write is one Buildkite refuses ([{first.rule}] {first.message}"
+            f"{more}); no pipeline was written" + (f", {v.annotation} says why" if v.annotation else ""),
+            hint="fix those steps in the step file (pipeline.validate --source lists them); --keep-going holds a "
+            "step, it cannot make Buildkite accept this pipeline",
+        )
     if v.out:
         write_atomic(Path(v.out), text)
         group = pipeline["steps"][0]
@@ -69,6 +91,52 @@ def generate(v) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _distinct_outputs(out: str | None, annotation: str | None) -> None:
+    """--out and --annotation are two outputs: one file for both would silently keep only the later."""
+    if not out or not annotation:
+        return
+    same = os.path.realpath(out) == os.path.realpath(annotation)
+    try:
+        same = same or os.path.samefile(out, annotation)  # hard links
+    except OSError:
+        pass
+    if same:
+        raise UsageError(f"--out and --annotation name the same file ({out}); one would overwrite the other",
+                         hint="give --annotation another path")  # fmt: skip
+
+
+def _remove_output(path: str, what: str) -> bool:
+    """Remove the output file `path` names (a link's target), if there is one; never an input of this run."""
+    from rocmci.files import refuse_inputs, write_target
+
+    target = write_target(path, what)  # a folder, FIFO or link loop: refused, as a write would be
+    if not target.exists():
+        return False
+    refuse_inputs(target, {}, what)
+    try:
+        target.unlink()
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot remove an earlier run's output: {exc.strerror}",
+                         hint="remove it, or give another path") from None  # fmt: skip
+    return True
+
+
+def _refused(text: str, i, workspace: Path, src, held) -> list:
+    """The errors that keep the pipeline --keep-going would write from being written: it is read back and validated
+    as `pipeline.validate --pipeline` reads and validates a file, and every error there counts but one of a held
+    step (the reason it is held) that Buildkite itself accepts (keepgoing.UPLOAD_REFUSED: more than 500 steps, a
+    schema error, an unknown key refuse the whole upload). (Splitting the pipeline over several uploads would
+    change what the build runs, so it is not split.)"""
+    from rocmci.findings import ERROR
+    from rocmci.pipeline import keepgoing, scalars, validate
+
+    doc = scalars.read_pipeline(text.encode("utf-8"), "the --keep-going pipeline")
+    report = validate.validate_pipeline_document(doc, service.context(i, workspace))
+    held_at = {f"{src.filename}:{src.doc.pos(('steps', h.step_index)).line}" for h in held if h.how == "held"}
+    return [f for f in report.findings
+            if f.severity == ERROR and (f.rule in keepgoing.UPLOAD_REFUSED or f.origin not in held_at)]  # fmt: skip
 
 
 def validate(v) -> int:

@@ -339,7 +339,11 @@ def annotation_style(results: list[Result]) -> str:
 
 
 def _cell(text: str) -> str:
-    return link_refs(" ".join(text.split()).replace("|", "\\|"))
+    """Outside text (test ids, details, notes) for the annotation: escaped by rocmci.markup (no HTML, links, code
+    spans or cell breaks of its own), then each owner/repo#N made a link (escaping leaves those characters be)."""
+    from rocmci import markup
+
+    return link_refs(markup.inline(text))
 
 
 def render_annotation(results: list[Result], notes: list[str] = ()) -> str:
@@ -349,7 +353,8 @@ def render_annotation(results: list[Result], notes: list[str] = ()) -> str:
         mark = ICON.get(r.outcome, ":x:")
         counts = f"{r.junit.passed}/{r.junit.tests}" if r.junit else "-"
         detail = r.detail + (f" (after a SIGABRT retry: {r.attempts} attempts)" if r.attempts > 1 else "")
-        lines.append(f"| {r.workload} | {mark} {r.outcome.value} | {r.seconds:.0f}s | {counts} | {_cell(detail)} |")
+        row = f"| {_cell(r.workload)} | {mark} {r.outcome.value} | {r.seconds:.0f}s | {counts} | {_cell(detail)} |"
+        lines.append(row)
     if any(r.outcome is Outcome.CRASHED_AT_TEARDOWN for r in results):
         lines += ["", link_refs(TEARDOWN_EXPLANATION)]
     if notes:

@@ -315,6 +315,7 @@ def from_document(doc: yamldoc.Document) -> list[Workaround]:
             raise InputError(
                 "'sets' must map environment variable names to string values", where=doc.where((*path, "sets"))
             )
+        _no_secrets(sets, doc, (*path, "sets"))
         scope = entry.get("applies_to") or {}
         if not isinstance(scope, dict) or set(map(str, scope)) - SCOPE_KEYS:
             raise InputError(
@@ -338,6 +339,23 @@ def from_document(doc: yamldoc.Document) -> list[Workaround]:
             )
         )
     return out
+
+
+def _no_secrets(sets: dict[str, str], doc, path: tuple) -> None:
+    """A workaround's `sets` is public: printed by `workarounds`, in every run's notes and dry run, logged, and
+    passed to `docker run -e NAME=value` (visible in `docker inspect`). A secret-named variable or a
+    credential-shaped value there is refused at its line; the message names the variable, never the value."""
+    from rocmci.secrets import is_secret, secret_kind
+
+    for name, value in sets.items():
+        kind = secret_kind(value)
+        if kind or (value and is_secret(name)):
+            what = f"its value looks like {kind}" if kind else "its name says it holds a secret"
+            raise InputError(
+                f"'sets' {name}: {what}; what a workaround sets is printed, logged and passed to docker run",
+                where=doc.where((*path, name)),
+                hint="give secrets from the agent's environment or with --env (redacted), never in the registry",
+            )
 
 
 def load_registry(path: Path, display: str | None = None) -> list[Workaround]:
