@@ -58,12 +58,7 @@ def dry_run_lines(prepared: Prepared, engine: Engine | None, opts: RunOptions | 
     from rocmci.report import shell_lines
 
     redact = ValueRedactor(opts, os.environ if environ is None else environ)
-    client = "docker"
-    if engine is not None:
-        try:
-            client = engine.client
-        except Exception:  # noqa: BLE001 - a dry run must print even without a docker client
-            client = "docker"
+    client = _client(engine)
     lines = [_comment(redact.word(f"preflight: {w}")) for w in prepared.warnings]
     lines += [_comment(redact.word(n)) for n in prepared.notes]
     for planned in prepared.runs:
@@ -103,12 +98,7 @@ def dry_run_json(prepared: Prepared, engine: Engine | None, opts: RunOptions | N
     import os
 
     redact = ValueRedactor(opts, os.environ if environ is None else environ)
-    client = "docker"
-    if engine is not None:
-        try:
-            client = engine.client
-        except Exception:  # noqa: BLE001 - a dry run must print even without a docker client
-            client = "docker"
+    client = _client(engine)
     runs = []
     for planned in prepared.runs:
         if planned.shown:
@@ -131,6 +121,16 @@ def dry_run_json(prepared: Prepared, engine: Engine | None, opts: RunOptions | N
         "notes": [redact.word(n) for n in prepared.notes],
         "runs": runs,
     }
+
+
+def _client(engine: Engine | None) -> str:
+    """The docker client a dry run names; "docker" when there is none (a dry run prints all the same)."""
+    if engine is not None:
+        try:
+            return engine.client
+        except Exception:  # noqa: BLE001 - a dry run must print even without a docker client
+            pass
+    return "docker"
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

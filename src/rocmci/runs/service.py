@@ -138,17 +138,10 @@ def _run(workloads, opts, registry, as_json: bool, engine, notes=(), pull: bool 
     """Plan, then print (dry run) or run and report. `pull`: None when the caller made sure of the image."""
     from rocmci.runs import execute
 
-    redact = execute.redactor(opts)
     if pull is not None and not opts.no_container:
         notes = [*_ensure_image(engine, opts, pull), *notes]
     prepared = execute.prepare(workloads, opts, None if opts.no_container else engine, notes)
-    if opts.dry_run:
-        return _print_dry_run(prepared, engine, opts, as_json)
-    for note in prepared.notes:
-        _eprint(redact(f"rocmci: {note}"))
-    out = _eprint if as_json else print
-    results = execute.execute(prepared, opts, engine, registry, out=out)
-    return execute.report(results, opts, as_json, prepared.notes, prepared.files, redact)
+    return _run_prepared(prepared, opts, registry, as_json, engine)
 
 
 def _print_dry_run(prepared, engine, opts, as_json: bool) -> int:
