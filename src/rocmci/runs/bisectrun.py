@@ -48,7 +48,12 @@ def git(checkout: Path, *args: str, what: str = "git") -> str:
 def resolve(checkout: Path, ref: str, flag: str) -> str:
     if not ref or ref.startswith("-") or any(c.isspace() or ord(c) < 32 for c in ref):
         raise UsageError(f"{flag} {ref[:40]!r} is not a git revision", hint="e.g. a commit hash, a tag or main~20")
-    return git(checkout, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", what=f"{flag} {ref[:40]}").strip()
+    try:
+        return git(checkout, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", what=flag).strip()
+    except UsageError:  # --quiet: git says nothing, so the line says what it found
+        raise UsageError(
+            f"{flag} {ref[:40]!r} is not a commit of {checkout}", hint="give a commit hash, tag or ref"
+        ) from None
 
 
 def candidates(checkout: Path, good: str, bad: str) -> list[str]:
