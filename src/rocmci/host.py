@@ -80,7 +80,7 @@ def doctor(v) -> int:
     from rocmci.engine import Engine
     from rocmci.errors import UsageError
     from rocmci.gpus import check_root
-    from rocmci.image.service import configured_image
+    from rocmci.image_names import configured_image
     from rocmci.report import lines as report_lines
 
     s = settingsmod.resolve(flags={"vllm_src": v.vllm_src})

@@ -15,3 +15,5 @@ from pathlib import Path
 DOCKER = Path(__file__).resolve().parent / "data" / "docker"
 OVERLAY = DOCKER / "Dockerfile.retarget"
 VERIFIER = DOCKER / "retarget" / "verify_deepep.py"
+# The workaround registry used when the workspace names none.
+WORKAROUNDS = Path(__file__).resolve().parent / "data" / "workarounds.yaml"

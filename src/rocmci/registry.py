@@ -28,10 +28,16 @@ class Setting(NamedTuple):
     pattern: str | None = None
     pattern_hint: str | None = None
     choices: tuple[str, ...] | None = None
+    flag: str | None = None  # the flag that gives it, where that is not --<name> (cli/flags.py must agree)
 
     @property
     def env_var(self) -> str:
         return ENV_PREFIX + self.name.upper()
+
+    @property
+    def flag_text(self) -> str:
+        """The flag messages name for a value given by flag: --network for build_network."""
+        return self.flag or "--" + self.name.replace("_", "-")
 
 
 # Value rules shared by several rows. Each is a full match; none lets a value start with '-' (so a
@@ -177,6 +183,7 @@ REGISTRY: tuple[Setting, ...] = (
         "network for image builds ('' for the engine default, 'none' offline)",
         default="",
         choices=("", "none", "host", "default"),  # what BuildKit's RUN takes
+        flag="--network",
     ),
     Setting(
         "run_network",

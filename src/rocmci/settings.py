@@ -172,13 +172,6 @@ def convert(setting: Setting, raw: Any, where: str) -> Any:
     return _convert_str(setting, raw, where)
 
 
-def _flag_of(name: str) -> str:
-    """The flag that gives setting `name`: --network for build_network, so a message names a flag that exists."""
-    from rocmci.cli.flags import FLAGS, flag_text  # the flag table owns flag names; read only when a flag was given
-
-    return next((flag_text(n) for n, f in FLAGS.items() if f.setting == name), "--" + name.replace("_", "-"))
-
-
 def find_checkout(start: Path | None = None) -> Path | None:
     """The vLLM checkout holding `start` (default: the current folder): it or the nearest folder above it."""
     from rocmci.vllm_layout import is_checkout
@@ -276,7 +269,7 @@ def resolve(
             where = f"env {setting.env_var}"
             result = Resolved(convert(setting, env[setting.env_var], where), where)
         if setting.name in flags:
-            where = f"flag {_flag_of(setting.name)}"
+            where = f"flag {setting.flag_text}"
             result = Resolved(convert(setting, flags[setting.name], where), where)
         return result
 

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
+from rocmci import workaround_registry as wr
 from rocmci.cli import flags
 from rocmci.errors import InputError, UsageError
-from rocmci.runs import workarounds
 from rocmci.settings import resolve
 from rocmci.yamldoc import parse
 from tests.unit.gate_cli import outside_any_workspace_fixture, rocmci_fixture  # noqa: F401 - fixtures
@@ -141,7 +141,7 @@ workarounds:
 def test_a_workaround_that_sets_a_secret_is_refused_at_its_line(name, value):
     doc = parse(REGISTRY.format(name=name, value=value), "workarounds.yaml")
     with pytest.raises(InputError) as caught:
-        workarounds.from_document(doc)
+        wr.from_document(doc)
     line = caught.value.one_line()
     assert line.startswith("workarounds.yaml:8:") and name in line and value not in line
     assert caught.value.exit_code == 2

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rocmci import process
+from rocmci import workaround_registry as wr
 from rocmci.runs import container as ctr
 from rocmci.runs import execute as runs
 from rocmci.runs import outcomes
@@ -105,7 +106,7 @@ def test_a_secret_env_reaches_docker_run_by_name_only(tmp_path):
 
 
 def test_a_missing_checkout_file_is_no_evidence_of_obsolescence(tmp_path):
-    (workaround,) = [w for w in wa.load_registry(REGISTRY) if w.id == "rocprofiler-register-teardown"]
+    (workaround,) = [w for w in wr.load_registry(REGISTRY) if w.id == "rocprofiler-register-teardown"]
     (dockerfile_only := tmp_path / "dockerfile-only" / "docker").mkdir(parents=True)
     (dockerfile_only / "Dockerfile.rocm_base").write_text("FROM x\nRUN patch -p1 < ROCm/rocm-systems#6942.patch\n")
     (tests_only := tmp_path / "tests-only" / "tests/kernels/moe").mkdir(parents=True)

@@ -14,8 +14,8 @@ from rocmci import fixes
 from rocmci.image import base, requests
 from rocmci.image import vllm_dockerfile as vd
 from rocmci.image.plan import BaseFacts, BuildRequest, plan_build
-from rocmci.runs import pysets, workarounds
-from rocmci.runs.service import packaged_registry
+from rocmci.runs import pysets
+from rocmci.workaround_registry import PACKAGED, load_registry, named_fixes
 from tests.conftest import REPO
 
 STANDIN = REPO / "tests" / "data" / "vllm-standin"
@@ -88,8 +88,7 @@ def test_a_fix_named_only_in_a_comment_or_another_number_is_not_recorded(tree, l
 
 
 def test_the_fixes_looked_for_are_those_the_packaged_registry_names():
-    registry = workarounds.load_registry(packaged_registry())
-    assert workarounds.named_fixes(registry) == (FIX,)
+    assert named_fixes(load_registry(PACKAGED)) == (FIX,)
 
 
 def test_the_registry_and_the_build_share_one_evidence_function():

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from rocmci import workaround_registry as wr
 from rocmci import yamldoc
 from rocmci.errors import InputError
 from rocmci.runs import container as ctr
@@ -570,8 +571,8 @@ def test_no_tests_anywhere_and_a_lone_junit_merge():
 # --- outcomes: one workload's outcome ---------------------------------------------------------------------
 
 
-def _registry() -> list[wa.Workaround]:
-    return wa.load_registry(REGISTRY)
+def _registry() -> list[wr.Workaround]:
+    return wr.load_registry(REGISTRY)
 
 
 def test_the_teardown_hint_names_the_workaround_and_whether_it_was_applied():
@@ -586,9 +587,9 @@ def test_the_teardown_hint_names_the_workaround_and_whether_it_was_applied():
         "workaround rocprofiler-register-teardown was NOT applied to this run"
     )
     assert outcomes.teardown_hint(_wl("dp", "dp-example"), reg) == ""
-    tracked = [wa.Workaround("t", "vllm", {}, "rocm", ("moe-tests",), (), "", ("a/b#1",))]
+    tracked = [wr.Workaround("t", "vllm", {}, "rocm", ("moe-tests",), (), "", ("a/b#1",))]
     assert outcomes.teardown_hint(_wl("moe"), tracked) == ""
-    first = wa.Workaround("first", "rocmci", {}, "rocm", ("moe-tests",), (), "", ("a/b#1", "c/d#2"))
+    first = wr.Workaround("first", "rocmci", {}, "rocm", ("moe-tests",), (), "", ("a/b#1", "c/d#2"))
     assert outcomes.teardown_hint(_wl("moe"), [*tracked, first, *reg]) == (
         "likely the ROCm runtime teardown crash (a/b#1, c/d#2); workaround first was NOT applied to this run"
     )
@@ -690,10 +691,10 @@ def test_the_report_under_buildkite(tmp_path, monkeypatch, capsys):
 # --- workarounds: deciding -----------------------------------------------------------------------------------
 
 
-def _w(**kw) -> wa.Workaround:
+def _w(**kw) -> wr.Workaround:
     base = {"id": "w", "applied_by": "rocmci", "sets": {"A": "1"}, "platform": "rocm", "workloads": ("moe-tests",),
             "tests": (), "why": "", "refs": ()}  # fmt: skip
-    return wa.Workaround(**{**base, **kw})
+    return wr.Workaround(**{**base, **kw})
 
 
 def test_which_runs_a_workaround_applies_to():
@@ -717,16 +718,16 @@ def test_the_environment_a_run_gets_from_the_registry():
         _w(id="ll", sets={"D": "4"}, tests=("low-latency",)),
         _w(id="dp", sets={"E": "5"}, workloads=("dp-example",)),
     ]
-    assert wa.env_for(reg, "moe-tests", "high-throughput", {"old"}) == ({"A": "1", "B": "2"}, ["a", "b"])
-    assert wa.env_for(reg, "moe-tests", None) == ({"A": "1", "B": "2", "C": "3", "D": "4"}, ["a", "b", "old", "ll"])
+    assert wr.env_for(reg, "moe-tests", "high-throughput", {"old"}) == ({"A": "1", "B": "2"}, ["a", "b"])
+    assert wr.env_for(reg, "moe-tests", None) == ({"A": "1", "B": "2", "C": "3", "D": "4"}, ["a", "b", "old", "ll"])
 
 
 def test_check_and_run_decisions():
     """Obsolete on the first met condition (its evidence alone); else applies with what was seen; others tracked."""
     labels = {"x.fixes": "a/b#1, c/d#2", "y": ""}
-    met = wa.Condition("image_label", label="x.fixes", has="c/d#2")
-    unmet = wa.Condition("image_label", label="x.fixes", has="e/f#3")
-    unknown = wa.Condition("vllm_commit", commit="abcdef1")
+    met = wr.Condition("image_label", label="x.fixes", has="c/d#2")
+    unmet = wr.Condition("image_label", label="x.fixes", has="e/f#3")
+    unknown = wr.Condition("vllm_commit", commit="abcdef1")
     src = wa.Sources(image="img", labels=labels)
     obsolete = wa.check(_w(id="o", remove_when=(unmet, unknown, met, unmet)), src)
     assert obsolete == wa.Check(obsolete.workaround, wa.OBSOLETE, ("label x.fixes='a/b#1, c/d#2' on image img",))
@@ -749,7 +750,7 @@ def test_check_and_run_decisions():
 def test_the_note_and_reason_a_run_prints():
     """One line per entry: applied (to what, setting what, why) or NOT applied and the evidence."""
     w = _w(id="x", sets={"A": "0", "B": "1"}, workloads=("moe-tests", "dp"), tests=("ht", "ll"),
-           remove_when=(wa.Condition("vllm_commit", commit="abcdef1"),))  # fmt: skip
+           remove_when=(wr.Condition("vllm_commit", commit="abcdef1"),))  # fmt: skip
     assert wa.Check(w, wa.APPLIES).note() == (
         "workaround x applied to moe-tests, dp [ht, ll] (A=0 B=1): no evidence checked "
         "(give --vllm-src, or an image whose labels say)"
@@ -772,7 +773,7 @@ def test_sources_count_as_evidence_only_when_given(tmp_path):
 
 def test_image_label_conditions():
     """The label lists the fix (comma-separated, spaces ignored); a missing label and a missing item say which."""
-    c = wa.Condition("image_label", label="L", has="o/r#1")
+    c = wr.Condition("image_label", label="L", has="o/r#1")
     assert wa.check_condition(c, wa.Sources(image="img")) == (None, "")
     assert wa.check_condition(c, wa.Sources(image="img", labels={"L": " x ,o/r#1 ,"})) == (
         True, "label L=' x ,o/r#1 ,' on image img"
@@ -782,7 +783,7 @@ def test_image_label_conditions():
     )  # fmt: skip
     assert wa.check_condition(c, wa.Sources(image="img", labels={"M": "o/r#1"})) == (False, "image img has no label L")
     assert wa.check_condition(c, wa.Sources(image="img", labels={"L": ""})) == (False, "image img has no label L")
-    blank = wa.Condition("image_label", label="L", has="")
+    blank = wr.Condition("image_label", label="L", has="")
     assert wa.check_condition(blank, wa.Sources(image="i", labels={"L": " , "}))[0] is False
 
 
@@ -804,20 +805,20 @@ def test_commit_conditions_ask_git(tmp_path, monkeypatch):
     repo = tmp_path / "vllm"
     first, second = _git_repo(repo)
     src = wa.Sources(vllm_src=repo)
-    assert wa.check_condition(wa.Condition("vllm_commit", commit=first[:7]), src) == (
+    assert wa.check_condition(wr.Condition("vllm_commit", commit=first[:7]), src) == (
         True, f"{repo}: HEAD contains {first[:7]} (git merge-base --is-ancestor)"
     )  # fmt: skip
-    assert wa.check_condition(wa.Condition("vllm_commit", commit=second), src) == (
+    assert wa.check_condition(wr.Condition("vllm_commit", commit=second), src) == (
         False, f"{repo}: HEAD does not contain {second}"
     )  # fmt: skip
     plain = tmp_path / "plain"
     plain.mkdir()
-    assert wa.check_condition(wa.Condition("vllm_commit", commit=first), wa.Sources(vllm_src=plain)) == (
+    assert wa.check_condition(wr.Condition("vllm_commit", commit=first), wa.Sources(vllm_src=plain)) == (
         None, f"{plain}: cannot tell whether HEAD contains {first} (not a git checkout?)"
     )  # fmt: skip
-    assert wa.check_condition(wa.Condition("vllm_commit", commit=first), wa.Sources()) == (None, "")
+    assert wa.check_condition(wr.Condition("vllm_commit", commit=first), wa.Sources()) == (None, "")
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
-    assert wa.check_condition(wa.Condition("vllm_commit", commit=first), src) == (
+    assert wa.check_condition(wr.Condition("vllm_commit", commit=first), src) == (
         None, f"{repo}: git could not answer"
     )  # fmt: skip
 
@@ -832,9 +833,9 @@ def _checkout(root: Path, test_text: str | None, dockerfile: str | None) -> Path
     return root
 
 
-TESTS = wa.Condition("vllm_tests_do_not_set", path="tests/kernels/moe/test_deepep_moe.py",
+TESTS = wr.Condition("vllm_tests_do_not_set", path="tests/kernels/moe/test_deepep_moe.py",
                      variable="ROCPROFILER_REGISTER_ENABLED")  # fmt: skip
-DOCKER = wa.Condition("vllm_dockerfile_applies", path="docker/Dockerfile.rocm_base", fix="ROCm/rocm-systems#6942")
+DOCKER = wr.Condition("vllm_dockerfile_applies", path="docker/Dockerfile.rocm_base", fix="ROCm/rocm-systems#6942")
 SETS = 'import os\n\nos.environ["ROCPROFILER_REGISTER_ENABLED"] = "0"\n'
 APPLIES_FIX = "FROM x\n# ROCm/rocm-systems#6942\nRUN apply ROCm/rocm-systems#6942\n"
 
@@ -890,7 +891,7 @@ def test_the_image_tree_decides_the_test_module_and_is_named_as_the_image_worksp
 
 def test_all_of_needs_every_part(tmp_path):
     """all_of: False if any part is checked and unmet, unknown if any is unknown, else met; evidence joined."""
-    both = wa.Condition("all_of", parts=(TESTS, DOCKER))
+    both = wr.Condition("all_of", parts=(TESTS, DOCKER))
     new = _checkout(tmp_path / "new", "import os\n", APPLIES_FIX)
     met, evidence = wa.check_condition(both, wa.Sources(vllm_src=new))
     assert met is True and evidence.count("; ") == 1 and evidence.startswith(f"{new}/tests/")
@@ -900,10 +901,10 @@ def test_all_of_needs_every_part(tmp_path):
     unknown = _checkout(tmp_path / "unknown", "import os\n", None)
     assert wa.check_condition(both, wa.Sources(vllm_src=unknown))[0] is None
     assert wa.check_condition(both, wa.Sources()) == (None, "")
-    label = wa.Condition("image_label", label="L", has="x")
-    mixed = wa.Condition("all_of", parts=(label, TESTS))
+    label = wr.Condition("image_label", label="L", has="x")
+    mixed = wr.Condition("all_of", parts=(label, TESTS))
     assert wa.check_condition(mixed, wa.Sources(image="i", labels={"L": "x"})) == (None, "label L='x' on image i")
-    labels = wa.Condition("all_of", parts=(label, wa.Condition("image_label", label="M", has="y")))
+    labels = wr.Condition("all_of", parts=(label, wr.Condition("image_label", label="M", has="y")))
     assert wa.check_condition(labels, wa.Sources(image="i", labels={"L": "x", "M": "y"})) == (
         True, "label L='x' on image i; label M='y' on image i"
     )  # fmt: skip
@@ -914,31 +915,31 @@ def test_registry_check_end_to_end(tmp_path):
     (w,) = _registry()
     new = _checkout(tmp_path / "new", "import os\n", APPLIES_FIX)
     assert wa.check(w, wa.Sources(vllm_src=new)).status == wa.OBSOLETE
-    labelled = wa.Sources(image="img", labels={wa.FIXES_LABEL: "ROCm/rocm-systems#6942"})
-    assert wa.check(w, labelled).evidence == (f"label {wa.FIXES_LABEL}='ROCm/rocm-systems#6942' on image img",)
-    assert wa.FIXES_LABEL == "rocmci.rocm.fixes"
+    labelled = wa.Sources(image="img", labels={wr.FIXES_LABEL: "ROCm/rocm-systems#6942"})
+    assert wa.check(w, labelled).evidence == (f"label {wr.FIXES_LABEL}='ROCm/rocm-systems#6942' on image img",)
+    assert wr.FIXES_LABEL == "rocmci.rocm.fixes"
     applies = wa.check(w, wa.Sources(image="img", labels={}))
     assert (applies.status, applies.evidence) == (wa.APPLIES, ("image img has no label rocmci.rocm.fixes",))
 
 
 def test_named_fixes_are_what_an_image_build_looks_for():
     """Every vllm_dockerfile_applies fix, all_of parts too, in registry order, once each."""
-    assert wa.named_fixes(_registry()) == ("ROCm/rocm-systems#6942",)
-    d = wa.Condition("vllm_dockerfile_applies", path="p", fix="a/b#1")
-    e = wa.Condition("vllm_dockerfile_applies", path="p", fix="c/d#2")
+    assert wr.named_fixes(_registry()) == ("ROCm/rocm-systems#6942",)
+    d = wr.Condition("vllm_dockerfile_applies", path="p", fix="a/b#1")
+    e = wr.Condition("vllm_dockerfile_applies", path="p", fix="c/d#2")
     reg = [
-        _w(id="1", remove_when=(wa.Condition("all_of", parts=(TESTS, e)), d)),
-        _w(id="2", remove_when=(d, wa.Condition("image_label", label="L", has="x/y#3"))),
+        _w(id="1", remove_when=(wr.Condition("all_of", parts=(TESTS, e)), d)),
+        _w(id="2", remove_when=(d, wr.Condition("image_label", label="L", has="x/y#3"))),
     ]
-    assert wa.named_fixes(reg) == ("c/d#2", "a/b#1")
-    assert wa.named_fixes([]) == ()
+    assert wr.named_fixes(reg) == ("c/d#2", "a/b#1")
+    assert wr.named_fixes([]) == ()
 
 
 # --- workarounds: loading ------------------------------------------------------------------------------------
 
 
-def _load(text: str) -> list[wa.Workaround]:
-    return wa.from_document(yamldoc.parse(text, "reg.yaml"))
+def _load(text: str) -> list[wr.Workaround]:
+    return wr.from_document(yamldoc.parse(text, "reg.yaml"))
 
 
 def test_the_shipped_registry_loads_as_written():
@@ -958,10 +959,10 @@ def test_the_shipped_registry_loads_as_written():
         assert file == str(REGISTRY) and lines[int(line) - 1][int(col) - 3 :] == text  # the item's "- "
     assert [p.where for p in both.parts] == [both.where] * 2
     assert [replace(c, where="") for c in (*both.parts, label)] == [
-        wa.Condition("vllm_tests_do_not_set", path="tests/kernels/moe/test_deepep_moe.py",
+        wr.Condition("vllm_tests_do_not_set", path="tests/kernels/moe/test_deepep_moe.py",
                      variable="ROCPROFILER_REGISTER_ENABLED"),
-        wa.Condition("vllm_dockerfile_applies", path="docker/Dockerfile.rocm_base", fix="ROCm/rocm-systems#6942"),
-        wa.Condition("image_label", label="rocmci.rocm.fixes", has="ROCm/rocm-systems#6942"),
+        wr.Condition("vllm_dockerfile_applies", path="docker/Dockerfile.rocm_base", fix="ROCm/rocm-systems#6942"),
+        wr.Condition("image_label", label="rocmci.rocm.fixes", has="ROCm/rocm-systems#6942"),
     ]  # fmt: skip
     assert (both.kind, both.path, both.fix, both.commit) == ("all_of", "", "", "")
 
@@ -969,14 +970,14 @@ def test_the_shipped_registry_loads_as_written():
 def test_defaults_of_a_minimal_entry():
     """Only an id: applied by rocmci, on ROCm, sets nothing, applies nowhere, no refs or conditions."""
     (w,) = _load("workarounds:\n- id: x\n")
-    assert w == wa.Workaround("x", "rocmci", {}, "rocm", (), (), "", (), ())
+    assert w == wr.Workaround("x", "rocmci", {}, "rocm", (), (), "", (), ())
     (v,) = _load("workarounds:\n- id: y\n  applied_by: vllm\n  applies_to: {platform: cuda}\n  why: ' a\n\n   b '\n")
     assert (v.applied_by, v.platform, v.why) == ("vllm", "cuda", "a b")
     (c,) = _load("workarounds:\n- id: c\n  remove_when:\n  - vllm_commit: abcdef1\n"
                  "  - vllm_dockerfile_applies: {path: ./docker/D, fix: a-b/c.d#12}\n")  # fmt: skip
     assert c.remove_when == (
-        wa.Condition("vllm_commit", commit="abcdef1", where="reg.yaml:4:5"),
-        wa.Condition("vllm_dockerfile_applies", path="docker/D", fix="a-b/c.d#12", where="reg.yaml:5:5"),
+        wr.Condition("vllm_commit", commit="abcdef1", where="reg.yaml:4:5"),
+        wr.Condition("vllm_dockerfile_applies", path="docker/D", fix="a-b/c.d#12", where="reg.yaml:5:5"),
     )
 
 
@@ -1083,7 +1084,7 @@ def test_accepted_conditions_at_their_bounds():
     assert [c.kind for c in w.remove_when] == ["vllm_commit", "vllm_commit", "vllm_tests_do_not_set", "all_of"]
     assert w.remove_when[2].variable == "_X9" and w.remove_when[2].path == "tests/a/b.py"
     assert [p.where for p in w.remove_when[3].parts] == ["reg.yaml:7:5", "reg.yaml:7:5"]
-    assert wa.ENTRY_KEYS == {"id", "applied_by", "sets", "applies_to", "why", "refs", "remove_when"}
+    assert wr.ENTRY_KEYS == {"id", "applied_by", "sets", "applies_to", "why", "refs", "remove_when"}
 
 
 # --- workarounds: output ----------------------------------------------------------------------------------
@@ -1122,14 +1123,14 @@ def test_registry_files_are_read_from_disk_with_their_display_name(tmp_path):
     path = tmp_path / "w.yaml"
     path.write_text("workarounds:\n- id: a\n- id: a\n")
     with pytest.raises(InputError) as err:
-        wa.load_registry(path, "shown.yaml")
+        wr.load_registry(path, "shown.yaml")
     assert err.value.one_line() == "shown.yaml:3:3: each workaround needs a unique 'id' string"
     assert os.fspath(REGISTRY).endswith("workarounds.yaml")
 
 
 def test_git_says_nothing_on_the_terminal_when_asked_about_a_plain_folder(tmp_path, capfd):
     """The commit check's git call is quiet: its "not a git repository" becomes rocmci's own one-line evidence."""
-    c = wa.Condition("vllm_commit", commit="abcdef1")
+    c = wr.Condition("vllm_commit", commit="abcdef1")
     assert wa.check_condition(c, wa.Sources(vllm_src=tmp_path))[0] is None
     assert capfd.readouterr() == ("", "")
 
@@ -1150,7 +1151,7 @@ def test_only_the_image_trees_own_prefix_is_renamed(tmp_path):
     rel = f"tests{tree.resolve()}/m.py"  # the tree's own path, again, inside the module's path
     (tree / rel).parent.mkdir(parents=True)
     (tree / rel).write_text('import os\nos.environ["X"] = "1"\n')
-    c = wa.Condition("vllm_tests_do_not_set", path=rel, variable="X")
+    c = wr.Condition("vllm_tests_do_not_set", path=rel, variable="X")
     assert wa.check_condition(c, wa.Sources(image_tree=tree, image_workspace="/ws")) == (
         False, f'/ws/{rel}:2: os.environ["X"] = "1"'
     )  # fmt: skip
@@ -1186,7 +1187,7 @@ def test_a_report_file_that_cannot_be_written_names_the_results_setting(tmp_path
 def test_a_missing_label_lists_nothing():
     """No label (or an empty one) lists no fix at all, whatever the fix is called."""
     for has in ("XXXX", "x", ""):
-        c = wa.Condition("image_label", label="L", has=has)
+        c = wr.Condition("image_label", label="L", has=has)
         assert wa.check_condition(c, wa.Sources(image="i", labels={}))[0] is False
         assert wa.check_condition(c, wa.Sources(image="i", labels={"L": ""}))[0] is False
 
@@ -1194,4 +1195,4 @@ def test_a_missing_label_lists_nothing():
 def test_a_condition_kind_the_loader_never_makes_is_a_programming_error():
     """check_condition knows every kind from_document admits; another one names itself in the error."""
     with pytest.raises(AssertionError, match="^since$"):
-        wa.check_condition(wa.Condition("since"), wa.Sources())
+        wa.check_condition(wr.Condition("since"), wa.Sources())

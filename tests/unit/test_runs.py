@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rocmci import workaround_registry as wr
 from rocmci.engine import Engine
 from rocmci.errors import PreflightError
 from rocmci.runs import container as ctr
@@ -48,7 +49,7 @@ def options(host: Path, **kw) -> runs.RunOptions:
 
 
 def registry():
-    return wa.load_registry(PACKAGED_REGISTRY)
+    return wr.load_registry(PACKAGED_REGISTRY)
 
 
 def moe(shards: int = 1, obsolete=frozenset()):

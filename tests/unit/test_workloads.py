@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from rocmci import workaround_registry as wr
 from rocmci import yamldoc
 from rocmci.errors import InputError, PreflightError, UsageError
 from rocmci.gpus import Gpu
@@ -15,7 +16,7 @@ PACKAGED_REGISTRY = REPO / "src" / "rocmci" / "data" / "workarounds.yaml"
 
 
 def registry():
-    return wa.load_registry(PACKAGED_REGISTRY)
+    return wr.load_registry(PACKAGED_REGISTRY)
 
 
 def _dp(**given):
@@ -227,12 +228,12 @@ def test_evidence_from_a_fix_commit(tmp_path):
     fix = git("rev-parse", "HEAD").strip()
     git("checkout", "-q", "--orphan", "other")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "unrelated")
-    condition = wa.Condition("vllm_commit", commit=fix)
+    condition = wr.Condition("vllm_commit", commit=fix)
     assert wa.check_condition(condition, wa.Sources(vllm_src=tmp_path))[0] is False
     git("merge", "-q", "--allow-unrelated-histories", "-m", "m", fix)
     met, evidence = wa.check_condition(condition, wa.Sources(vllm_src=tmp_path))
     assert met is True and evidence == f"{tmp_path}: HEAD contains {fix} (git merge-base --is-ancestor)"
-    assert wa.check_condition(wa.Condition("vllm_commit", commit="abcdef1"), wa.Sources(vllm_src=tmp_path))[0] is None
+    assert wa.check_condition(wr.Condition("vllm_commit", commit="abcdef1"), wa.Sources(vllm_src=tmp_path))[0] is None
 
 
 @pytest.mark.parametrize(
@@ -258,7 +259,7 @@ def test_evidence_from_a_fix_commit(tmp_path):
 )
 def test_bad_registry(text, message):
     with pytest.raises(InputError, match=message):
-        wa.from_document(yamldoc.parse(text, "w.yaml"))
+        wr.from_document(yamldoc.parse(text, "w.yaml"))
 
 
 def test_registry_file_loads():

@@ -19,6 +19,7 @@ from rocmci.errors import PreflightError, UsageError
 from rocmci.image import base, context
 from rocmci.image import vllm_dockerfile as vd
 from rocmci.image.evidence import DeepEPCheck
+from rocmci.image_names import image_tag
 
 TARGETS = ("base", "ci_base", "test", "final")
 # Stages whose build gets the DeepEP arch list: a target reaching neither builds no DeepEP, so the list
@@ -117,14 +118,6 @@ class BuildPlan:
     @property
     def tag(self) -> str:
         return self.steps[-1].tag
-
-
-def image_tag(image_repo: str, target: str, archs: tuple[str, ...], vllm_archs: tuple[str, ...] | None) -> str:
-    """A tag that says what is inside, e.g. rocmci/vllm-rocm:test-gfx942-gfx950 (labels hold the rest)."""
-    tag = f"{target.replace('_', '-')}-{archmod.slug(archs)}"
-    if vllm_archs and vllm_archs != archs:
-        tag += f"-vllm-{archmod.slug(vllm_archs)}"
-    return f"{image_repo}:{tag[:128]}"
 
 
 def input_hash(

@@ -263,14 +263,13 @@ def rocm_fixes(checkout: Path) -> tuple[str, ...]:
     from rocmci.checkout import BASE_DOCKERFILE
     from rocmci.files import read_text
     from rocmci.image import base
-    from rocmci.runs.service import packaged_registry
-    from rocmci.runs.workarounds import load_registry, named_fixes
+    from rocmci.workaround_registry import PACKAGED, load_registry, named_fixes
 
     path = checkout / BASE_DOCKERFILE
     if not os.path.lexists(path):
         return ()
     text = read_text(path, what=str(BASE_DOCKERFILE), limit=base.MAX_BYTES)
-    return fixes.applied(text, named_fixes(load_registry(packaged_registry())))
+    return fixes.applied(text, named_fixes(load_registry(PACKAGED)))
 
 
 # build arg -> setting, and the image labels that record it (rocmci's own first, then vLLM CI's).

@@ -8,6 +8,7 @@ import sys
 
 from rocmci import labels as label
 from rocmci import settings as settingsmod
+from rocmci.image_names import configured_image
 from rocmci.report import plural, shell_lines, table, to_json
 
 
@@ -18,20 +19,6 @@ def eprint(*args) -> None:
 def _settings(v, **more):
     flags = {"vllm_src": v.vllm_src, "arch": v.arch, **more}
     return settingsmod.resolve(flags=flags)
-
-
-def configured_image(s) -> str:
-    """The image workloads use: the 'image' setting, else the tag `image.build` gives the test image."""
-    from rocmci.arch import parse_arch_list
-    from rocmci.image.plan import image_tag
-    from rocmci.values import image_ref
-
-    if s.image:
-        return image_ref(f"image ({s.origin('image')})", s.image)
-    # Named with their origin (env ROCMCI_VLLM_ARCH, pyproject, ...): a bad value here is a setting the user gave.
-    vllm_archs = parse_arch_list(s.vllm_arch, what=f"vllm_arch ({s.origin('vllm_arch')})") if s.vllm_arch else None
-    archs = parse_arch_list(s.require("arch"), what=f"arch ({s.origin('arch')})")
-    return image_tag(s.image_repo, "test", archs, vllm_archs)
 
 
 def _live() -> bool:

@@ -25,7 +25,6 @@ from rocmci.runs import workloads as wl
 from rocmci.runs.dryrun import dry_run_lines  # noqa: F401 - what --dry-run prints
 from rocmci.runs.outcomes import merge_results, outcome_of, report  # noqa: F401 - report: the run's last step
 from rocmci.runs.types import RESULTS_WHAT, PlannedRun, Prepared, RunOptions  # noqa: F401 - RunOptions: callers build it here
-from rocmci.runs.workarounds import Workaround
 from rocmci.runs.workloads import (
     RESULTS_MOUNT,
     Workload,
@@ -38,6 +37,7 @@ from rocmci.runs.workloads import (
     visible_env,
 )
 from rocmci.secrets import Redactor, is_secret
+from rocmci.workaround_registry import Workaround
 
 PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 PLUGINS_MOUNT = "/rocmci-plugins"

@@ -12,8 +12,8 @@ from rocmci.files import write_atomic
 from rocmci.runs import container as ctr
 from rocmci.runs import results as res
 from rocmci.runs.types import RESULTS_WHAT, Prepared, RunOptions
-from rocmci.runs.workarounds import Workaround
 from rocmci.runs.workloads import Workload
+from rocmci.workaround_registry import Workaround
 
 
 def merge_results(prepared: Prepared, ordered: list[res.Result], opts: RunOptions) -> list[res.Result]:

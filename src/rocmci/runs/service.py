@@ -36,7 +36,7 @@ def results_dir(s) -> Path:
 
 def run_image(v, s, native: bool = False) -> str:
     """--image (any reference), else --build-id's CI image, else the configured image."""
-    from rocmci.image.service import configured_image
+    from rocmci.image_names import configured_image
     from rocmci.runs import images
 
     if getattr(v, "build_id", None) and not v.image:
@@ -71,22 +71,19 @@ def run_options(v, s, native: bool = False):
     )
 
 
-def packaged_registry() -> Path:
-    """The registry shipped in the package: found from any folder, with no file in the workspace."""
-    return Path(__file__).resolve().parents[1] / "data" / "workarounds.yaml"
-
-
 def registry_path(s) -> Path:
     """The workspace's registry when the setting names one (or the default file is there), else the packaged one."""
     path = s.path("workarounds")
     if s.origin("workarounds") == "default" and not os.path.lexists(path):
-        return packaged_registry()
+        from rocmci.workaround_registry import PACKAGED
+
+        return PACKAGED
     return path
 
 
 def _registry(s):
     from rocmci.files import display_name
-    from rocmci.runs.workarounds import load_registry
+    from rocmci.workaround_registry import load_registry
 
     path = registry_path(s)
     return load_registry(path, display_name(path, s.workspace))

@@ -10,8 +10,8 @@ from rocmci import arch as archmod
 from rocmci.errors import PreflightError, UsageError
 from rocmci.gpus import Gpu
 from rocmci.report import plural
-from rocmci.runs.workarounds import Workaround, env_for
 from rocmci.values import parse_int
+from rocmci.workaround_registry import Workaround, env_for
 
 WORKSPACE = "/vllm-workspace"
 DP_EXAMPLE = "examples/offline_inference/data_parallel.py"
