@@ -54,9 +54,11 @@ def fan_out(v) -> int:
     if errors:
         for finding in errors[:5]:
             print(safe(finding.text(), limit=400), file=sys.stderr)
+        removed = _remove_earlier(v.out) if v.out and not v.dry_run else False
+        gone = f", and the earlier {v.out} was removed" if removed else ""
         raise FindingsError(
             f"the bisect pipeline would be refused ({plural(len(errors), 'error')}, first: [{errors[0].rule}] "
-            f"{errors[0].message}); nothing was written",
+            f"{errors[0].message}); nothing was written{gone}",
             hint="rocmci pipeline.validate --source on the step file shows what is wrong with the step",
         )
     if v.dry_run or not v.out:
@@ -68,3 +70,18 @@ def fan_out(v) -> int:
     print(f"wrote {v.out}: {plural(jobs, 'job')}, {len(skipped)} candidate(s) skipped; upload it with "
           f"buildkite-agent pipeline upload {v.out}", file=sys.stderr)  # fmt: skip
     return 0
+
+
+def _remove_earlier(out: str) -> bool:
+    """An earlier run's pipeline at --out goes when this one is refused: it must not be uploaded as this one's."""
+    from rocmci.files import write_target
+
+    target = write_target(out, "--out")  # a folder, FIFO or link loop: refused, as a write would be
+    if not target.exists():
+        return False
+    try:
+        target.unlink()
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot remove an earlier run's pipeline: {exc.strerror}",
+                         hint="remove it, or give another path") from None  # fmt: skip
+    return True
