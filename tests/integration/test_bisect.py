@@ -285,7 +285,11 @@ def test_from_results_names_the_first_bad_commit_of_the_fanned_out_jobs(engine, 
     exit_of = {c: (1, 1) if i >= K else (0, 0) for i, c in enumerate(commits[:-1])}
     exit_of[commits[FLAKY]] = (0, 1)  # its first run passed
     exit_of[commits[K - 2]] = (0, 139)  # died by a signal in one run: decides nothing
+    exit_of[commits[K]] = (0, 0)  # exit 0 both times, but their JUnit reports name a failed case
     outcome_files(out, tmp_path / "artifacts", exit_of)
+    failed = '<testsuite><testcase classname="t" name="test_the_step"><failure/></testcase></testsuite>'
+    for run in (0, 1):
+        (tmp_path / "artifacts" / f"rocmci-bisect-{commits[K]}-r{run}-p0.xml").write_text(failed)
     (tmp_path / "artifacts" / "notes.json").write_text("{}")  # not an outcome file's name: ignored
     common = ("run.bisect", "--step", "Bisect Me", "--good", "main~16", "--bad", commits[-1], "--vllm-src", str(root),
               "--from-results", str(tmp_path / "artifacts"))  # fmt: skip
