@@ -299,6 +299,9 @@ def test_from_results_names_the_first_bad_commit_of_the_fanned_out_jobs(engine, 
     answer = json.loads(got.stdout)
     assert answer["first_bad"] == commits[K] and answer["last_good"] == commits[K - 1]
     assert answer["skipped"] == [commits[K - 2], commits[NO_IMAGE]]
+    assert answer["reproduce"]["bad"] == (
+        f"git checkout {commits[K]} && rocmci run.step --step 'Bisect Me' --image {published}:{commits[K]}"
+    )
     text = run_invoke(*argv, env=settings(tmp_path, published))
     assert f"first bad commit: {commits[K]}" in text.stdout and "skipped: 2" in text.stdout
     # Results of another search, garbage, a commit outside the range: one line each, exit 2, no traceback.

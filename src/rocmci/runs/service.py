@@ -722,12 +722,17 @@ def _bisect_try(v, s, tree, step_file, image):
 
 
 def _bisect_report(v, answer, tried, images, good, bad, log: str, log_name: str = "log") -> int:
+    import shlex
+
     rows = [t.as_json() for t in tried]
     reproduce = {}
+    # run.step reads the step file and runner of the checkout: the commit's own, once it is checked out.
     if answer.first_bad:
-        reproduce["bad"] = f"rocmci run.step --step {v.step!r} --image {images.get(answer.first_bad, answer.first_bad)}"
+        reproduce["bad"] = (f"git checkout {answer.first_bad} && rocmci run.step --step {shlex.quote(v.step)} "
+                            f"--image {images.get(answer.first_bad, answer.first_bad)}")  # fmt: skip
     if answer.last_good:
-        reproduce["good"] = f"rocmci run.step --step {v.step!r} --image {images[answer.last_good]}"
+        reproduce["good"] = (f"git checkout {answer.last_good} && rocmci run.step --step {shlex.quote(v.step)} "
+                             f"--image {images[answer.last_good]}")  # fmt: skip
     if v.json:
         print(to_json({"first_bad": answer.first_bad if answer.exact else None, "last_good": answer.last_good or good,
                        "suspects": list(answer.suspects), "skipped": list(answer.skipped), "runs": len(tried),
