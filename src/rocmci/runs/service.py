@@ -603,6 +603,7 @@ def bisect_fanout(v):
     from rocmci.engine import Engine
     from rocmci.errors import InputError, UsageError
     from rocmci.pipeline import source as srcmod
+    from rocmci.report import safe
     from rocmci.runs import bisectrun as br
     from rocmci.runs import fanout
 
@@ -638,7 +639,7 @@ def bisect_fanout(v):
         image = fanout.pinned_image(tag, digest) if data is not None else None
         candidates.append(fanout.Candidate(commit, tag, image, why, data))
         state = f"{v.repeat} job(s), {image}" if image else f"skipped ({why})"
-        _eprint(f"rocmci: bisect: {commit[:12]} ({number} of {len(commits) - 1}): {state}")
+        _eprint(safe(f"rocmci: bisect: {commit[:12]} ({number} of {len(commits) - 1}): {state}", limit=600))
     return fanout.pipeline(v.step, candidates, v.repeat, search), candidates, s
 
 
