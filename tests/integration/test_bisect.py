@@ -192,3 +192,123 @@ def test_an_interrupted_bisect_resumes_without_rerunning_finished_commits(engine
     again = runs_of(tmp_path)[len(first) :]
     assert not set(again) & {c for c in finished if c in first}  # finished commits did not run again
     assert not engine.containers(f"{LABEL}={RUN_ID}")
+
+
+# ------------------------------------------------------------------------------ --on buildkite, --from-results
+
+
+def fan_out(history, tmp_path, published, *extra: str):
+    root, commits = history
+    out = tmp_path / "bisect.yml"
+    argv = ("run.bisect", "--step", "Bisect Me", "--good", "main~16", "--bad", commits[-1], "--vllm-src", str(root),
+            "--repeat", "2", "--on", "buildkite", "--out", str(out), *extra)  # fmt: skip
+    return run_invoke(*argv, env=settings(tmp_path, published)), out
+
+
+def run_step_dry_run(history, commit: str, image: str, host: Path, tmp_path: Path, published: str) -> dict:
+    """What `run.step --dry-run --json` derives for the commit: a clone at that commit, its image."""
+    root, _ = history
+    clone = tmp_path / f"at-{commit[:12]}"
+    subprocess.run(["git", "clone", "-q", str(root), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", commit], check=True)
+    argv = ("run.step", "--step", "Bisect Me", "--vllm-src", str(clone), "--source",
+            str(clone / ".buildkite/test-amd.yaml"), "--image", image, "--host-root", str(host), "--skip-preflight",
+            "--dry-run", "--json")  # fmt: skip
+    done = run_invoke(*argv, env=settings(tmp_path, published))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def test_the_fan_out_pipeline_passes_both_validators_and_its_jobs_are_run_step_jobs(
+    engine, history, published, host, tmp_path
+):
+    import jsonschema
+    import yaml
+    from check_jsonschema.builtin_schemas import get_builtin_schema
+
+    from rocmci.runs import agent
+
+    _, commits = history
+    done, out = fan_out(history, tmp_path, published)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{commits[NO_IMAGE][:12]} (6 of 15): skipped (no image" in done.stderr
+    text = out.read_text()
+    assert f"# skipped {commits[NO_IMAGE][:12]}: no image" in text
+    document = yaml.safe_load(text)
+    jsonschema.Draft7Validator(get_builtin_schema("vendor.buildkite")).validate(document)  # Buildkite's own schema
+    check = run_invoke("pipeline.validate", "--pipeline", str(out), "--json", env=settings(tmp_path, published))
+    assert check.returncode == 0, check.stdout + check.stderr  # rocmci's validator, as a user would run it
+    jobs = document["steps"][0]["steps"]
+    with_image = [c for i, c in enumerate(commits[:-1]) if i != NO_IMAGE]
+    assert [j["key"] for j in jobs] == [f"bisect-{c[:12]}-r{r}" for c in with_image for r in range(2)]
+    job = next(j for j in jobs if j["key"] == f"bisect-{commits[K][:12]}-r0")
+    pinned = f"{published}@{engine.registry_digest(f'{published}:{commits[K]}')}"
+    assert job["env"]["DOCKER_IMAGE_NAME"] == pinned  # the commit's image, by the registry's digest
+    expected = run_step_dry_run(history, commits[K], pinned, host, tmp_path, published)
+    step_env = dict(item.split("=", 1) for item in expected["runs"][0]["env"])
+    # The job Buildkite hands the agent (upload interpolation, as agent.job does it) is run.step's job:
+    ids = agent.Ids(step_env["BUILDKITE_BUILD_ID"], step_env["BUILDKITE_JOB_ID"], commits[K], "main")
+    uploaded = agent.job(job, parallel_job=None, ids=ids, checkout=step_env["BUILDKITE_BUILD_CHECKOUT_PATH"])
+    assert uploaded.queue == step_env["BUILDKITE_AGENT_META_DATA_QUEUE"] == "amd_mi250_1"
+    assert uploaded.gpus == len(expected["runs"][0]["gpus"]) == 1
+    for name, value in job["env"].items():  # every variable of the step, as run.step gives it to the runner
+        assert agent.interpolate(value, {"BUILDKITE_BUILD_ID": ids.build_id}) == step_env[name], name
+    from_agent = set(agent.job({"label": "", "command": ""}, parallel_job=None, ids=ids, checkout="/x").env)
+    assert set(job["env"]) == set(step_env) - from_agent  # and nothing more, nothing less
+    lines = job["command"].splitlines()  # the step's command, unchanged, run in the commit's tree
+    assert f"rocmci_bisect_exit=0; {step_env['BUILDKITE_COMMAND']} || rocmci_bisect_exit=$$?" in lines
+    assert f"git -c advice.detachedHead=false checkout --quiet --force {commits[K]}" in lines
+    assert job["timeout_in_minutes"] * 60 == uploaded.timeout_s
+    assert job["label"] == f"mi250_1: Bisect Me @ {commits[K][:12]} (run 1 of 2)"
+    assert f"rocmci-bisect-{commits[K]}-r0-p*.json" in job["artifact_paths"]
+
+
+def outcome_files(pipeline: Path, folder: Path, exit_of) -> None:
+    """Each job's outcome record as its script writes it: its printf line, after the upload's interpolation."""
+    import yaml
+
+    from rocmci.runs import agent
+
+    folder.mkdir()
+    for job in yaml.safe_load(pipeline.read_text())["steps"][0]["steps"]:
+        line = next(x for x in job["command"].splitlines() if x.startswith("printf"))
+        commit, run = job["key"].split("-")[1], int(job["key"].rsplit("r", 1)[1])
+        full = next(c for c in exit_of if c.startswith(commit))
+        script = f"rocmci_bisect_exit={exit_of[full][run]}\n{agent.interpolate(line, {})}"
+        subprocess.run(["bash", "-e", "-c", script], cwd=folder, check=True, env={"PATH": os.environ["PATH"]})
+
+
+def test_from_results_names_the_first_bad_commit_of_the_fanned_out_jobs(engine, history, published, tmp_path):
+    root, commits = history
+    done, out = fan_out(history, tmp_path, published)
+    assert done.returncode == 0, done.stderr[-3000:]
+    exit_of = {c: (1, 1) if i >= K else (0, 0) for i, c in enumerate(commits[:-1])}
+    exit_of[commits[FLAKY]] = (0, 1)  # its first run passed
+    exit_of[commits[K - 2]] = (0, 139)  # died by a signal in one run: decides nothing
+    exit_of[commits[K]] = (0, 0)  # exit 0 both times, but their JUnit reports name a failed case
+    outcome_files(out, tmp_path / "artifacts", exit_of)
+    failed = '<testsuite><testcase classname="t" name="test_the_step"><failure/></testcase></testsuite>'
+    for run in (0, 1):
+        (tmp_path / "artifacts" / f"rocmci-bisect-{commits[K]}-r{run}-p0.xml").write_text(failed)
+    (tmp_path / "artifacts" / "notes.json").write_text("{}")  # not an outcome file's name: ignored
+    common = ("run.bisect", "--step", "Bisect Me", "--good", "main~16", "--bad", commits[-1], "--vllm-src", str(root),
+              "--from-results", str(tmp_path / "artifacts"))  # fmt: skip
+    argv = (*common, "--repeat", "2")
+    got = run_invoke(*argv, "--json", env=settings(tmp_path, published))
+    assert got.returncode == 0, got.stderr[-3000:]
+    answer = json.loads(got.stdout)
+    assert answer["first_bad"] == commits[K] and answer["last_good"] == commits[K - 1]
+    assert answer["skipped"] == [commits[K - 2], commits[NO_IMAGE]]
+    assert answer["reproduce"]["bad"] == (
+        f"git checkout {commits[K]} && rocmci run.step --step 'Bisect Me' --image {published}:{commits[K]}"
+    )
+    text = run_invoke(*argv, env=settings(tmp_path, published))
+    assert f"first bad commit: {commits[K]}" in text.stdout and "skipped: 2" in text.stdout
+    # Results of another search, garbage, a commit outside the range: one line each, exit 2, no traceback.
+    again = run_invoke(*common, "--repeat", "3", env=settings(tmp_path, published))
+    assert again.returncode == 2 and "belongs to another bisect" in again.stderr
+    garbage = tmp_path / "artifacts" / f"rocmci-bisect-{commits[3]}-r0-p0.json"
+    garbage.write_text("not json{")
+    bad = run_invoke(*argv, env=settings(tmp_path, published))
+    assert bad.returncode == 2 and "not an outcome file of run.bisect (not JSON)" in bad.stderr
+    assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

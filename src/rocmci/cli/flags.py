@@ -156,6 +156,10 @@ FLAGS: dict[str, Flag] = {
     "repeat": Flag("runs per commit, for flaky steps (1..20)", _int(1, 20), default=1),
     "bad_if": Flag("with --repeat: a commit is bad if any run fails, or only if all do", _choice(("any", "all")),
                    default="any"),  # fmt: skip
+    "on": Flag("buildkite: write a pipeline with one job per candidate commit instead of running here",
+               _choice(("buildkite",))),  # fmt: skip
+    "from_results": Flag("folder (or file) of the outcome files the --on buildkite jobs uploaded: name the "
+                         "first bad commit from them", _path),  # fmt: skip
     "junit": Flag("JUnit XML written by the run (required)", _path),
     "exit_code": Flag("the run's exit status, -255..255 (139 = died by SIGSEGV; required)", _int(-255, 255)),
     "workload": Flag("moe-tests or dp-example: which workarounds to name for a teardown crash", _choice(WORKLOADS),
@@ -205,7 +209,7 @@ PLACEHOLDERS = {
     "max_model_len": "N", "backend": "BACKEND", "example": "PATH", "mode": "MODE", "k": "EXPR", "shards": "N",
     "junit": "FILE", "exit_code": "N", "workload": "moe-tests|dp-example", "label": "NAME",
     "only": "run|blocked|skipped", "build_arg": "NAME=VALUE", "build_id": "ID", "step": "STEP", "parallel_job": "N",
-    "good": "REF", "bad": "REF", "repeat": "N", "bad_if": "any|all",
+    "good": "REF", "bad": "REF", "repeat": "N", "bad_if": "any|all", "on": "buildkite", "from_results": "DIR",
 }  # fmt: skip
 
 

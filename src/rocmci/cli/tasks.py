@@ -172,13 +172,13 @@ def run_step(
 def run_bisect(
     c, step=None, good=None, bad=None, repeat=None, bad_if=None, k=None, mirror_hw=None, gpus=None, timeout=None,
     skip_preflight=False, host_root=None, env=None, public=None, vllm_src=None, strict=False, dry_run=False,
-    json=False,
+    json=False, on=None, out=None, from_results=None,
 ):  # fmt: skip
     """Find the first commit whose CI image fails a step: a binary search over CI's per-commit images."""
     given = dict(locals())  # the flags as received, before any import adds a name
-    from rocmci.runs import service
+    from rocmci.cli import bisect
 
-    run(service.bisect, given)
+    run(bisect.bisect, given)
 
 
 @rocmci_task(name="outcome")

@@ -504,17 +504,7 @@ def bisect(v) -> int:
     from rocmci.runs import bisect as bs
     from rocmci.runs import bisectrun as br
 
-    for flag, value in (("--step", v.step), ("--good", v.good), ("--bad", v.bad)):
-        if not value or not str(value).strip():
-            example = "e.g. --step 'Basic Correctness' --good v0.11.0 --bad HEAD"
-            raise UsageError(f"run.bisect needs {flag}", hint=example)
-    s = settingsmod.resolve(flags={"vllm_src": v.vllm_src, "mirror_hw": v.mirror_hw})
-    checkout = _vllm_src(s)
-    if checkout is None:
-        raise UsageError("run.bisect needs a vLLM checkout", hint="run it inside one, or give --vllm-src PATH")
-    good, bad = br.resolve(checkout, v.good, "--good"), br.resolve(checkout, v.bad, "--bad")
-    commits = br.candidates(checkout, good, bad)
-    repo = br.image_repo(checkout)
+    s, checkout, good, bad, commits, repo = _bisect_range(v)
     engine = Engine(s.docker)
     results = results_dir(s)
     key = {"step": v.step, "good": good, "bad": bad, "repeat": v.repeat, "k": v.k or "", "repo": repo}
@@ -583,7 +573,123 @@ def bisect(v) -> int:
         search.verdicts[commit] = verdict
         _eprint(f"rocmci: bisect: {commit[:12]} is {verdict}" + (f" ({why})" if why else f" ({', '.join(outcomes)})"))
     answer = search.answer()
-    return _bisect_report(v, answer, tried, images, good, bad, log)
+    return _bisect_report(v, answer, tried, images, good, bad, str(log.path))
+
+
+def _bisect_range(v):
+    """(settings, checkout, good, bad, candidates oldest first with --bad last, image repo) of a bisect."""
+    from rocmci.errors import UsageError
+    from rocmci.runs import bisectrun as br
+
+    for flag, value in (("--step", v.step), ("--good", v.good), ("--bad", v.bad)):
+        if not value or not str(value).strip():
+            example = "e.g. --step 'Basic Correctness' --good v0.11.0 --bad HEAD"
+            raise UsageError(f"run.bisect needs {flag}", hint=example)
+    s = settingsmod.resolve(flags={"vllm_src": v.vllm_src, "mirror_hw": v.mirror_hw})
+    checkout = _vllm_src(s)
+    if checkout is None:
+        raise UsageError("run.bisect needs a vLLM checkout", hint="run it inside one, or give --vllm-src PATH")
+    good, bad = br.resolve(checkout, v.good, "--good"), br.resolve(checkout, v.bad, "--bad")
+    commits = br.candidates(checkout, good, bad)
+    return s, checkout, good, bad, commits, br.image_repo(checkout)
+
+
+def bisect_fanout(v):
+    """(pipeline, candidates, settings) of `run.bisect --on buildkite`: one job per candidate with a CI image in
+    the registry, each the commit's own generated step as run.step derives its job (runs/fanout.py)."""
+    from rocmci.engine import Engine
+    from rocmci.errors import InputError, UsageError
+    from rocmci.pipeline import source as srcmod
+    from rocmci.report import safe
+    from rocmci.runs import bisectrun as br
+    from rocmci.runs import fanout
+
+    for given, flag, why in ((v.gpus, "--gpus", "each agent hands its job its own GPUs"),
+                             (v.k, "-k", "it would change the step's env (PYTEST_ADDOPTS)"),
+                             (v.env.as_dict() if v.env else {}, "--env", "a job's env is the step's own")):  # fmt: skip
+        if given:
+            raise UsageError(f"{flag} is for a local bisect, not --on buildkite: {why}", hint=f"leave out {flag}")
+    s, checkout, good, bad, commits, repo = _bisect_range(v)
+    engine = Engine(s.docker)
+    search = fanout.search_id(v.step, good, bad, v.repeat, repo)
+    candidates = []
+    for number, commit in enumerate(commits[:-1], 1):
+        tag = f"{repo}:{commit}"
+        digest = engine.registry_digest(tag)
+        why, data = "", None
+        if digest is None:
+            why = f"no image {tag} in the registry"
+        else:
+            with br.scratch() as folder:
+                tree = br.commit_tree(checkout, commit, folder / "tree")
+                step_file = tree / ".buildkite" / "test-amd.yaml"
+                try:
+                    if not step_file.is_file():
+                        raise UsageError("no .buildkite/test-amd.yaml at this commit")
+                    src = srcmod.load_source(step_file, f"{commit[:12]}:.buildkite/test-amd.yaml")
+                    chosen = find_step(src, v.step, s)
+                    if not chosen.through_runner:
+                        raise UsageError(f"step {chosen.label!r} runs on the agent itself (no_plugin), not in an image")
+                    data = chosen.data
+                except (UsageError, InputError) as exc:  # the step is not there at this commit: skip, not bad
+                    why = exc.one_line()
+        image = fanout.pinned_image(tag, digest) if data is not None else None
+        candidates.append(fanout.Candidate(commit, tag, image, why, data))
+        state = f"{v.repeat} job(s), {image}" if image else f"skipped ({why})"
+        _eprint(safe(f"rocmci: bisect: {commit[:12]} ({number} of {len(commits) - 1}): {state}", limit=600))
+    return fanout.pipeline(v.step, candidates, v.repeat, search), candidates, s
+
+
+MAX_OUTCOME_FILES = 20_000
+
+
+def bisect_from_results(v) -> int:
+    """The answer from the outcomes the --on buildkite jobs uploaded (downloaded into --from-results)."""
+    from rocmci.errors import UsageError
+    from rocmci.files import read_bytes
+    from rocmci.runs import bisect as bs
+    from rocmci.runs import bisectrun as br
+    from rocmci.runs import fanout
+    from rocmci.runs import results as res
+
+    _, _, good, bad, commits, repo = _bisect_range(v)
+    given = Path(v.from_results)
+    if given.is_dir():
+        paths = []
+        for path in sorted(given.rglob(f"{fanout.PREFIX}*.json")):
+            paths.append(path)
+            if len(paths) > MAX_OUTCOME_FILES:
+                raise UsageError(f"more than {MAX_OUTCOME_FILES} outcome files below {given}",
+                                 hint="give the folder of one bisect's artifacts")  # fmt: skip
+    elif os.path.lexists(given):
+        paths = [given]
+    else:
+        raise UsageError(f"--from-results {v.from_results}: no such file or folder",
+                         hint="give the folder `buildkite-agent artifact download 'rocmci-bisect-*' DIR` wrote")
+    if not paths:
+        raise UsageError(f"no outcome files ({fanout.PREFIX}*.json) below {given}",
+                         hint="download the bisect build's artifacts: buildkite-agent artifact download "
+                         "'rocmci-bisect-*' DIR --build BUILD")  # fmt: skip
+    search = fanout.search_id(v.step, good, bad, v.repeat, repo)
+    found = []
+    for path in paths:
+        outcome = fanout.parse_outcome(
+            read_bytes(path, what="--from-results", limit=fanout.MAX_OUTCOME_BYTES), str(path), search
+        )
+        junit_file = path.with_suffix(".xml")  # a JUnit report beside it, if the job uploaded one
+        junit = res.parse_junit(junit_file, what="--from-results") if junit_file.is_file() else None
+        kind, _ = res.classify(outcome.exit_code, junit)
+        found.append((outcome, str(kind)))
+    decided = fanout.decide(commits, found, repeat=v.repeat, any_fails=v.bad_if == "any")
+    verdicts = {c: d.verdict for c, d in decided.items()}
+    for commit in fanout.out_of_order(commits, verdicts):
+        _eprint(f"rocmci: bisect: {commit[:12]} is bad but a later commit is good: a flaky step, or a break that was "
+                "fixed and came back; the answer is the first bad commit after the last good one")  # fmt: skip
+    images = {c: f"{repo}:{c}" for c in commits}
+    tried = [br.Tried(d.commit, images[d.commit], None, list(d.outcomes), d.verdict, d.seconds, ", ".join(d.files),
+                      d.why) for d in decided.values()]  # fmt: skip
+    answer = bs.Search(commits, verdicts).answer()
+    return _bisect_report(v, answer, tried, images, good, bad, str(given), "results")
 
 
 def _bisect_try(v, s, tree, step_file, image):
@@ -613,17 +719,22 @@ def _bisect_try(v, s, tree, step_file, image):
     return execute.execute(prepared, opts, engine, registry, out=_eprint)
 
 
-def _bisect_report(v, answer, tried, images, good, bad, log) -> int:
+def _bisect_report(v, answer, tried, images, good, bad, log: str, log_name: str = "log") -> int:
+    import shlex
+
     rows = [t.as_json() for t in tried]
     reproduce = {}
+    # run.step reads the step file and runner of the checkout: the commit's own, once it is checked out.
     if answer.first_bad:
-        reproduce["bad"] = f"rocmci run.step --step {v.step!r} --image {images.get(answer.first_bad, answer.first_bad)}"
+        reproduce["bad"] = (f"git checkout {answer.first_bad} && rocmci run.step --step {shlex.quote(v.step)} "
+                            f"--image {images.get(answer.first_bad, answer.first_bad)}")  # fmt: skip
     if answer.last_good:
-        reproduce["good"] = f"rocmci run.step --step {v.step!r} --image {images[answer.last_good]}"
+        reproduce["good"] = (f"git checkout {answer.last_good} && rocmci run.step --step {shlex.quote(v.step)} "
+                             f"--image {images[answer.last_good]}")  # fmt: skip
     if v.json:
         print(to_json({"first_bad": answer.first_bad if answer.exact else None, "last_good": answer.last_good or good,
                        "suspects": list(answer.suspects), "skipped": list(answer.skipped), "runs": len(tried),
-                       "tried": rows, "reproduce": reproduce, "log": str(log.path)}))  # fmt: skip
+                       "tried": rows, "reproduce": reproduce, log_name: log}))  # fmt: skip
     else:
         print(f"{'commit':<12}  {'verdict':<7}  {'seconds':>7}  outcomes / why")
         for t in tried:
@@ -633,7 +744,7 @@ def _bisect_report(v, answer, tried, images, good, bad, log) -> int:
         else:
             print(f"the first bad commit is one of: {', '.join(answer.suspects)} (skipped commits hide which)")
         print(f"last good commit: {answer.last_good or good}" + ("" if answer.last_good else " (--good)"))
-        print(f"skipped: {len(answer.skipped)}; log: {log.path}")
+        print(f"skipped: {len(answer.skipped)}; {log_name}: {log}")
         for side, line in reproduce.items():
             print(f"reproduce {side}: {line}")
     return 0 if answer.exact else 1
