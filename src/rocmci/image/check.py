@@ -55,12 +55,14 @@ def _flow(df: vd.VllmDockerfile, req: ArchRequest) -> flowmod.Flow:
 _FLOW_CACHE: dict = {}
 
 
-def _at(val: flowmod.Val, call: flowmod.BuildCall) -> tuple[str, int]:
-    return (val.file, val.line) if val.line > 0 else (call.file, call.line)
+def _find(where, rule: str, severity: str, message: str, fix: str) -> Finding:
+    """A finding at a value's, a call's or a problem's place (file, line, col)."""
+    return Finding(where.file, max(where.line, 1), max(where.col, 1), rule, severity, message, fix=fix)
 
 
-def _find(file: str, line: int, rule: str, severity: str, message: str, fix: str) -> Finding:
-    return Finding(file, max(line, 1), 1, rule, severity, message, fix=fix)
+class _Place:
+    def __init__(self, file: str, line: int, col: int = 1) -> None:
+        self.file, self.line, self.col = file, line, col
 
 
 def _judge(df: vd.VllmDockerfile, req: ArchRequest, kind: str) -> list[Finding]:
@@ -82,28 +84,26 @@ def _judge(df: vd.VllmDockerfile, req: ArchRequest, kind: str) -> list[Finding]:
         line = stage.line if stage else 1
         if warned or any(p.severity == ERROR for p in flow.problems):
             return []  # a RUN that fails for certain is the finding; one not followed may be the build
-        return [_find(df.display, line, rule, ERROR, f"{req.target} builds no {what}: the stages it installs "
+        return [_find(_Place(df.display, line), rule, ERROR, f"{req.target} builds no {what}: the stages it installs "
                       f"({', '.join(flow.stages) or 'none'}) never run it", "restore the build step")]  # fmt: skip
     for call in calls:
         val = call.value
         if val is None:
-            out.append(_find(call.file, call.line, rule, ERROR,
+            out.append(_find(call, rule, ERROR,
                              f"rocSHMEM is built without -DGPU_TARGETS (stage {call.stage}): the arch list never "
                              "reaches it", fix))  # fmt: skip
             continue
         if val.text is None:
-            out.append(_find(call.file, call.line, "arch-flow-unfollowed", WARNING,
+            out.append(_find(call, "arch-flow-unfollowed", WARNING,
                              f"{what} in stage {call.stage}: its arch list cannot be known before the build "
                              f"({val.why}); the DeepEP check after the build decides", fix))  # fmt: skip
             continue
-        file, line = _at(val, call)
-        origin = "the build argument" if val.file == "--build-arg" else f"{file}:{line}"
-        if val.file == "--build-arg":
-            file, line = call.file, call.line
+        at = call if val.file == "--build-arg" or val.line <= 0 else val
+        origin = "the build argument" if val.file == "--build-arg" else f"{val.file}:{val.line}"
         if kind == "deepep":
             got = flowmod.deepep_effective(val.text)
             if got is None:
-                out.append(_find(file, line, rule, ERROR,
+                out.append(_find(at, rule, ERROR,
                                  f"DeepEP's PYTORCH_ROCM_ARCH is {val.text!r} (set at {origin}): DeepEP's setup.py "
                                  "keeps none of it and the build fails", fix))  # fmt: skip
                 continue
@@ -112,12 +112,12 @@ def _judge(df: vd.VllmDockerfile, req: ArchRequest, kind: str) -> list[Finding]:
             try:
                 got = archmod.parse_arch_list(val.text, what="-DGPU_TARGETS")
             except Exception:  # noqa: BLE001 (a UsageError: not an arch list)
-                out.append(_find(file, line, rule, ERROR,
+                out.append(_find(at, rule, ERROR,
                                  f"rocSHMEM's -DGPU_TARGETS is {val.text!r} (set at {origin}), not an arch list", fix))
                 continue
             shown = repr(val.text)
         if archmod.canonical(got) != want:
-            out.append(_find(file, line, rule, ERROR,
+            out.append(_find(at, rule, ERROR,
                              f"{what} (stage {call.stage}, {call.file}:{call.line}) builds for {archmod.canonical(got)}, "
                              f"not the requested {want}: {var} is {shown} (from {origin})", fix))
     return out
@@ -150,7 +150,7 @@ def flow_problems(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
         rule = "shell-bad-substitution" if p.severity == ERROR else "arch-flow-unfollowed"
         fix = ('under the default SHELL /bin/sh (dash) use POSIX expansions, or SHELL ["/bin/bash", "-c"]'
                if p.severity == ERROR else "the DeepEP check after the build decides; `rocmci image.build` runs it")
-        out.append(_find(p.file, p.line, rule, p.severity, p.message, fix))
+        out.append(_find(p, rule, p.severity, p.message, fix))
     return out
 
 

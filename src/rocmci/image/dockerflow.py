@@ -24,6 +24,7 @@ once, and only RUN bodies that build DeepEP/rocSHMEM, write a file, or run/sourc
 
 from __future__ import annotations
 
+import bisect
 import os
 import posixpath
 import re
@@ -49,6 +50,7 @@ class Val:
     file: str
     line: int
     why: str = ""
+    col: int = 1
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class Problem:
     line: int
     message: str
     stage: str = ""
+    col: int = 1
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class BuildCall:
     file: str
     line: int
     value: Val | None  # None: rocSHMEM run without -DGPU_TARGETS
+    col: int = 1
 
 
 @dataclass
@@ -210,41 +214,68 @@ class _Expander:
         raise _Unfollowable(f"the expansion ${{{body}}}")
 
 
-def _expand(raw: str, lookup, dialect: str, file: str, line: int) -> Val:
+def _expand(raw: str, lookup, dialect: str, file: str, line: int, col: int = 1) -> Val:
     """A word's value; its place is the variable that gave it (if one did), else the word itself."""
     ex = _Expander(lookup, dialect)
     try:
         text = ex.word(raw)
     except _Unfollowable as exc:
-        return Val(None, file, line, f"{exc} at {file}:{line}")
+        return Val(None, file, line, f"{exc} at {file}:{line}", col)
     except _BadSubstitution as exc:
-        return Val(None, file, line, f"{BAD}${{{exc}}}")
+        return Val(None, file, line, f"{BAD}${{{exc}}}", col)
     src = ex.source
     if src is not None and src.text is not None and ex.count == 1 and text.rstrip().endswith(src.text.strip()) \
             and src.file != "--build-arg":
-        return Val(text, src.file, src.line)
-    return Val(text, file, line)
+        return Val(text, src.file, src.line, col=src.col)
+    return Val(text, file, line, col=col)
 
 
 # --- a file's text and line numbers --------------------------------------------------------------------
 
 
 class _Lines:
-    def __init__(self, text: str, first_line: int = 1) -> None:
+    """Line and column of a position in a file's text (a COPYed script)."""
+
+    def __init__(self, text: str) -> None:
         self.starts = [0] + [m.end() for m in re.finditer("\n", text)]
-        self.first = first_line
 
     def line(self, pos: int) -> int:
-        import bisect
+        return bisect.bisect_right(self.starts, pos)
 
-        return self.first + bisect.bisect_right(self.starts, pos) - 1
+    def col(self, pos: int) -> int:
+        return pos - self.starts[bisect.bisect_right(self.starts, pos) - 1] + 1
 
 
-def _run_body(df: co.VllmDockerfile, ins: co.Instruction) -> tuple[str, list[int]]:
+class _Map:
+    """Line and column, per character, of a RUN body joined from its Dockerfile lines."""
+
+    def __init__(self, lines: list[int], cols: list[int]) -> None:
+        self.lines, self.cols = lines, cols
+
+    def line(self, pos: int) -> int:
+        return self.lines[min(pos, len(self.lines) - 1)] if self.lines else 1
+
+    def col(self, pos: int) -> int:
+        return self.cols[min(pos, len(self.cols) - 1)] if self.cols else 1
+
+
+class _Const:
+    def __init__(self, line: int) -> None:
+        self.line_ = line
+
+    def line(self, pos: int) -> int:
+        return self.line_
+
+    def col(self, pos: int) -> int:
+        return 1
+
+
+def _run_body(df: co.VllmDockerfile, ins: co.Instruction) -> tuple[str, _Map | _Const]:
     """The shell text BuildKit hands to the shell for a RUN (continuations joined, comment lines dropped),
     with the Dockerfile line each character came from."""
     text: list[str] = []
     lines: list[int] = []
+    cols: list[int] = []
     for number in range(ins.start, ins.end + 1):
         raw = df.lines[number - 1] if number <= len(df.lines) else ""
         if number > ins.start and raw.lstrip().startswith("#"):
@@ -252,13 +283,14 @@ def _run_body(df: co.VllmDockerfile, ins: co.Instruction) -> tuple[str, list[int
         joined = raw[:-1] if raw.endswith("\\") else raw + ("\n" if number < ins.end else "")
         text.append(joined)
         lines.extend([number] * len(joined))
+        cols.extend(range(1, len(joined) + 1))
     body = "".join(text)
     want = ins.value[0] if ins.value else ""
     at = body.rfind(want.strip()[:40]) if want.strip() else -1
     if at < 0:
-        return want, [ins.start] * len(want)
+        return want, _Const(ins.start)
     # The part after the RUN keyword and its flags: from where the value's first words start.
-    return body[at:], lines[at:]
+    return body[at:], _Map(lines[at:], cols[at:])
 
 
 # --- the interpreter --------------------------------------------------------------------------------------
@@ -297,7 +329,7 @@ class _Vfs:
 class _Shell:
     """One shell process: its variables, functions and working directory."""
 
-    def __init__(self, run: _Run, env: dict[str, _Var], dialect: str, file: str, lines: _Lines | list[int], text):
+    def __init__(self, run: _Run, env: dict[str, _Var], dialect: str, file: str, lines, text):
         self.run = run
         self.vars = env
         self.dialect = dialect
@@ -311,29 +343,30 @@ class _Shell:
         self.unsets: set[str] = set()  # names unset here: no longer the image's value
 
     def line(self, pos: int) -> int:
-        if isinstance(self.lines, list):
-            return self.lines[min(pos, len(self.lines) - 1)] if self.lines else 1
         return self.lines.line(pos)
+
+    def col(self, pos: int) -> int:
+        return self.lines.col(pos)
 
     def lookup(self, name: str) -> Val | None:
         v = self.vars.get(name)
         return v.val if v else (None if name in self.unsets else self.run.unset(name))
 
     def warn(self, pos: int, why: str) -> None:
-        self.run.flow.problems.append(Problem("warning", self.file, self.line(pos), why, self.run.stage))
+        self.run.flow.problems.append(Problem("warning", self.file, self.line(pos), why, self.run.stage, self.col(pos)))
 
     def value(self, node) -> Val:
         raw = self.text[node.pos[0] : node.pos[1]]
         return self.expand(raw, node.pos[0])
 
     def expand(self, raw: str, pos: int) -> Val:
-        val = _expand(raw, self.lookup, self.dialect, self.file, self.line(pos))
+        val = _expand(raw, self.lookup, self.dialect, self.file, self.line(pos), self.col(pos))
         if val.text is None and val.why.startswith(BAD):
             what = val.why[len(BAD) :]
             self.run.flow.problems.append(Problem(
                 "error", self.file, self.line(pos),
                 f"{what} is a bash-only expansion: the shell here is /bin/sh (dash), which stops with "
-                "'Bad substitution' and the RUN fails", self.run.stage))  # fmt: skip
+                "'Bad substitution' and the RUN fails", self.run.stage, self.col(pos)))  # fmt: skip
             raise _RunFails
         return val
 
@@ -440,7 +473,7 @@ class _Shell:
         argv0 = values[0].text or ""
         base = posixpath.basename(argv0)
         args = values[1:]
-        line = self.line(words[0].pos[0])
+        line, col = self.line(words[0].pos[0]), self.col(words[0].pos[0])
         if base in ("export", "declare", "typeset", "readonly", "local"):
             for v, w in zip(args, words[1:], strict=False):
                 raw = self.text[w.pos[0] : w.pos[1]]
@@ -479,7 +512,7 @@ class _Shell:
             if base == "source" and self.dialect == DASH:
                 self.run.flow.problems.append(Problem(
                     "error", self.file, line, "`source` is bash-only: /bin/sh (dash) says 'source: not found' "
-                    "and the RUN fails; use `.` or SHELL [\"/bin/bash\", \"-c\"]", self.run.stage))  # fmt: skip
+                    "and the RUN fails; use `.` or SHELL [\"/bin/bash\", \"-c\"]", self.run.stage, self.col(words[0].pos[0])))  # fmt: skip
                 raise _RunFails
             if args:
                 self._script(args[0], words[1].pos[0], same_shell=True, dialect=self.dialect)
@@ -504,13 +537,13 @@ class _Shell:
             if i < len(args):
                 script = args[i]
                 if script.text and posixpath.basename(script.text) == "all_backends":
-                    self._rocshmem(args[i + 1 :], line)
+                    self._rocshmem(args[i + 1 :], line, col)
                     return
                 self._script(script, words[i + 1].pos[0], same_shell=False, dialect=dialect, env=env,
                              argv=args[i + 1 :])
             return
         if base == "all_backends":
-            self._rocshmem(args, line)
+            self._rocshmem(args, line, col)
             return
         if base.startswith("python") and any(v.text == "setup.py" or (v.text or "").endswith("/setup.py") for v in args):
             if "deepep" in self.cwd.lower() or any(v.text == "--variant" for v in args):
@@ -519,7 +552,8 @@ class _Shell:
                 val = pv.val if pv else (None if gone else self.run.unset("PYTORCH_ROCM_ARCH"))
                 if self.tainted and "PYTORCH_ROCM_ARCH" not in prefix:
                     val = Val(None, self.file, line, self.tainted)
-                self.run.flow.calls.append(BuildCall("deepep", self.run.stage, self.file, line, val or Val("", self.file, line)))
+                self.run.flow.calls.append(BuildCall(
+                    "deepep", self.run.stage, self.file, line, val or Val("", self.file, line, col=col), col))
             return
         if base in ("echo", "printf") and redirects:
             self._write(base, args, redirects)
@@ -566,12 +600,12 @@ class _Shell:
                 return
             text = data.decode("utf-8", "replace")
             file = self.run.display(found)
-            lines: _Lines | list[int] = _Lines(text)
+            lines: _Lines | _Const = _Lines(text)
         else:
             if found.text is None:
                 self.warn(pos, f"{path.text} was written with text that cannot be known: {found.why}")
                 return
-            text, file, lines = found.text, found.file, [found.line] * max(1, len(found.text))
+            text, file, lines = found.text, found.file, _Const(found.line)
         if dialect is None:
             first = text.split("\n", 1)[0]
             dialect = BASH if first.startswith("#!") and "bash" in first else DASH
@@ -587,7 +621,7 @@ class _Shell:
         if same_shell:
             self.cwd, self.tainted = sh.cwd, sh.tainted
 
-    def _rocshmem(self, args: list[Val], line: int) -> None:
+    def _rocshmem(self, args: list[Val], line: int, col: int) -> None:
         value = None
         for v in args:
             if v.text is None:
@@ -596,10 +630,10 @@ class _Shell:
                 continue
             if v.text.startswith("-DGPU_TARGETS="):
                 text = v.text.split("=", 1)[1]
-                value = Val(text, v.file, v.line)
+                value = Val(text, v.file, v.line, col=v.col)
         if self.tainted and value is not None:
-            value = Val(None, self.file, line, self.tainted)
-        self.run.flow.calls.append(BuildCall("rocshmem", self.run.stage, self.file, line, value))
+            value = Val(None, self.file, line, self.tainted, col)
+        self.run.flow.calls.append(BuildCall("rocshmem", self.run.stage, self.file, line, value, col))
 
     def _write(self, base: str, args: list[Val], redirects) -> None:
         for r in redirects:
@@ -635,6 +669,9 @@ class _Offset:
 
     def line(self, pos: int) -> int:
         return self.outer.line(self.start + pos)
+
+    def col(self, pos: int) -> int:
+        return self.outer.col(self.start + pos)
 
 
 def _mentions_build(text: str) -> bool:
@@ -715,7 +752,7 @@ def follow(df: co.VllmDockerfile, target: str, build_args: dict[str, str], root:
                     if name in build_args:
                         args[name] = Val(build_args[name], "--build-arg", 0)
                     elif eq:
-                        args[name] = _expand(default, lookup, DOCKERFILE, df.display, ins.start)
+                        args[name] = _expand(default, lookup, DOCKERFILE, df.display, *df.find(ins, name))
                     elif name in glob_vals:
                         args[name] = glob_vals[name]
                     else:
@@ -723,7 +760,7 @@ def follow(df: co.VllmDockerfile, target: str, build_args: dict[str, str], root:
             elif cmd == "ENV":
                 pairs = list(zip(ins.value[::2], ins.value[1::2], strict=False))
                 # All values of one ENV are expanded with the variables before it (Docker's rule).
-                done = [(k, _expand(v, lookup, DOCKERFILE, df.display, df.find(ins, re.compile(rf"\b{re.escape(k)}\b"))[0]))
+                done = [(k, _expand(v, lookup, DOCKERFILE, df.display, *df.find(ins, re.compile(rf"\b{re.escape(k)}\b"))))
                         for k, v in pairs]  # fmt: skip
                 for k, v in done:
                     st.env[k] = v
@@ -794,7 +831,7 @@ def _run(df, ins, stage, st: _StageState, args: dict[str, Val], workdir, flow: F
     if exec_form:
         argv = list(ins.value)
         text = " ".join("'" + a.replace("'", "'\\''") + "'" for a in argv)
-        sh = _Shell(run, env, st.shell, df.display, [ins.start] * max(1, len(text)), text)
+        sh = _Shell(run, env, st.shell, df.display, _Const(ins.start), text)
         sh.exec_text(text)
         return
     text, lines = _run_body(df, ins)
