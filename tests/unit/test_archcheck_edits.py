@@ -137,3 +137,16 @@ def test_large_dockerfile_is_linear(vllm_fixtures, tmp_path):
     took = time.perf_counter() - t
     assert not [f for f in findings if f.severity == "error"]
     assert took < 2.0, took
+
+
+def test_classic_builder_ends_args_buildkit_keeps_them(vllm_fixtures, tmp_path):
+    """build_deepep (FROM build_rocshmem) sees DEEPEP_ROCM_ARCH under BuildKit only; ENV is kept by both."""
+    from rocmci.image import dockerflow
+
+    case = next(c for c in CASES if c["name"] == "arg-kept-through-from-under-buildkit")
+    df = vd.load(make_checkout(tmp_path / "vllm", vllm_fixtures, case))
+    args = {"DEEPEP_ROCM_ARCH": "gfx950"}
+    kit = {c.kind: c.value.text for c in dockerflow.follow(df, "ci_base", args).calls}
+    classic = {c.kind: c.value.text for c in dockerflow.follow(df, "ci_base", args, buildkit=False).calls}
+    assert kit == {"rocshmem": "gfx950", "deepep": "gfx950"}
+    assert classic == {"rocshmem": "gfx950", "deepep": ""}

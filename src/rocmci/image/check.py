@@ -70,7 +70,8 @@ def _judge(df: vd.VllmDockerfile, req: ArchRequest, kind: str) -> list[Finding]:
     rule = "deepep-arch-source" if kind == "deepep" else "rocshmem-gpu-targets"
     what = "DeepEP's setup.py" if kind == "deepep" else "rocSHMEM's all_backends"
     stage_name = vd.DEEPEP_STAGE if kind == "deepep" else vd.ROCSHMEM_STAGE
-    want = archmod.canonical(req.archs)
+    # DeepEP keeps only the archs it supports (its setup.py filters); asking for others is deepep-unsupported-arch.
+    want = archmod.canonical([a for a in req.archs if a in archmod.DEEPEP_ARCHS] if kind == "deepep" else req.archs)
     fix = (f'export PYTORCH_ROCM_ARCH="${{{vd.ARCH_ARG}}}" before DeepEP\'s setup.py (it reads only PYTORCH_ROCM_ARCH)'
            if kind == "deepep" else f'pass -DGPU_TARGETS="${{{vd.ARCH_ARG}}}" to rocSHMEM\'s all_backends')  # fmt: skip
     calls = [c for c in flow.calls if c.kind == kind]

@@ -687,6 +687,7 @@ class _StageState:
     shell: str
     vfs: _Vfs
     base: str  # the external image the chain starts from, for "whatever it sets"
+    args: dict[str, Val] = field(default_factory=dict)
 
 
 class _Run:
@@ -699,8 +700,14 @@ class _Run:
         self.allexport = False
 
 
-def follow(df: co.VllmDockerfile, target: str, build_args: dict[str, str], root: Path | None = None) -> Flow:
-    """Follow the stages `target` builds, with these build arguments; root is the checkout (for COPY)."""
+def follow(
+    df: co.VllmDockerfile, target: str, build_args: dict[str, str], root: Path | None = None, *, buildkit: bool = True
+) -> Flow:
+    """Follow the stages `target` builds, with these build arguments; root is the checkout (for COPY).
+
+    buildkit: a stage built FROM another keeps that stage's ARG values (BuildKit, what rocmci and vLLM's CI
+    build with); the classic builder (DOCKER_BUILDKIT=0) ends every ARG with its stage.
+    """
     flow = Flow()
     root = root if root is not None else _root(df)
     by_name = {s.name: s for s in df.stages}
@@ -727,10 +734,11 @@ def follow(df: co.VllmDockerfile, target: str, build_args: dict[str, str], root:
             continue
         parent = states.get(co.expand(stage.base, glob_scope))
         if parent is not None:
-            st = _StageState(dict(parent.env), parent.shell, parent.vfs.copy(), parent.base)
+            st = _StageState(dict(parent.env), parent.shell, parent.vfs.copy(), parent.base,
+                             dict(parent.args) if buildkit else {})  # fmt: skip
         else:
             st = _StageState({}, DASH, _Vfs(), co.expand(stage.base, glob_scope))
-        args: dict[str, Val] = {}
+        args = st.args
         workdir = "/"
         known_empty = st.base == "scratch"
 
