@@ -98,8 +98,8 @@ def test_deepep_effective_matches_setup_py(vllm_fixtures):
     from rocmci.image.dockerflow import deepep_effective
 
     src = (vllm_fixtures.parent / "deepep" / "setup.py").read_text()
-    start = src.index("        arch_env = os.getenv(\"PYTORCH_ROCM_ARCH\", \"\").strip()")
-    end = src.index("    elif variant == \"cuda\":")
+    start = src.index('        arch_env = os.getenv("PYTORCH_ROCM_ARCH", "").strip()')
+    end = src.index('    elif variant == "cuda":')
     body = "\n".join(line[8:] for line in src[start:end].split("\n"))
     import os
     import textwrap
@@ -124,8 +124,16 @@ def test_large_dockerfile_is_linear(vllm_fixtures, tmp_path):
     real = (vllm_fixtures / "docker" / "Dockerfile.rocm").read_text()
     filler = []
     for i in range(12_500):
-        filler += [f"FROM base AS filler{i}", f"ARG A{i}=x", f"ENV B{i}=${{A{i}}}", f"RUN echo {i} && true",
-                   f"RUN export C{i}=1 && echo $C{i} > /tmp/c{i}", "COPY setup.py /tmp/", f"WORKDIR /w{i}", ""]
+        filler += [
+            f"FROM base AS filler{i}",
+            f"ARG A{i}=x",
+            f"ENV B{i}=${{A{i}}}",
+            f"RUN echo {i} && true",
+            f"RUN export C{i}=1 && echo $C{i} > /tmp/c{i}",
+            "COPY setup.py /tmp/",
+            f"WORKDIR /w{i}",
+            "",
+        ]
     text = real.replace("FROM base AS build_rocshmem", "\n".join(filler) + "\nFROM base AS build_rocshmem")
     assert text.count("\n") >= 100_000
     (tmp_path / "docker").mkdir()

@@ -113,14 +113,29 @@ def _judge(df: vd.VllmDockerfile, req: ArchRequest, kind: str) -> list[Finding]:
             try:
                 got = archmod.parse_arch_list(val.text, what="-DGPU_TARGETS")
             except Exception:  # noqa: BLE001 (a UsageError: not an arch list)
-                out.append(_find(at, rule, ERROR,
-                                 f"rocSHMEM's -DGPU_TARGETS is {val.text!r} (set at {origin}), not an arch list", fix))
+                out.append(
+                    _find(
+                        at,
+                        rule,
+                        ERROR,
+                        f"rocSHMEM's -DGPU_TARGETS is {val.text!r} (set at {origin}), not an arch list",
+                        fix,
+                    )
+                )
                 continue
             shown = repr(val.text)
         if archmod.canonical(got) != want:
-            out.append(_find(at, rule, ERROR,
-                             f"{what} (stage {call.stage}, {call.file}:{call.line}) builds for {archmod.canonical(got)}, "
-                             f"not the requested {want}: {var} is {shown} (from {origin})", fix))
+            out.append(
+                _find(
+                    at,
+                    rule,
+                    ERROR,
+                    f"{what} (stage {call.stage}, {call.file}:{call.line}) builds for "
+                    f"{archmod.canonical(got)}, "
+                    f"not the requested {want}: {var} is {shown} (from {origin})",
+                    fix,
+                )
+            )
     return out
 
 
@@ -149,8 +164,11 @@ def flow_problems(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
             continue
         seen.add(key)
         rule = "shell-bad-substitution" if p.severity == ERROR else "arch-flow-unfollowed"
-        fix = ('under the default SHELL /bin/sh (dash) use POSIX expansions, or SHELL ["/bin/bash", "-c"]'
-               if p.severity == ERROR else "the DeepEP check after the build decides; `rocmci image.build` runs it")
+        fix = (
+            'under the default SHELL /bin/sh (dash) use POSIX expansions, or SHELL ["/bin/bash", "-c"]'
+            if p.severity == ERROR
+            else "the DeepEP check after the build decides; `rocmci image.build` runs it"
+        )
         out.append(_find(p, rule, p.severity, p.message, fix))
     return out
 
@@ -165,7 +183,10 @@ def deepep_supported(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
     supported = ", ".join(archmod.describe(a) for a in archmod.DEEPEP_ARCHS)
     return [
         _f(
-            df, line, 1, "deepep-unsupported-arch",
+            df,
+            line,
+            1,
+            "deepep-unsupported-arch",
             f"{req.archs_origin} asks DeepEP for {', '.join(archmod.describe(a) for a in unsupported)}; "
             f"DeepEP builds only {supported} (source: {archmod.DEEPEP_ARCHS_SOURCE})",
             f"drop {', '.join(unsupported)} from the DeepEP list",
@@ -185,7 +206,10 @@ def vllm_superset(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
         decl = next(iter(df.declarations(vd.VLLM_ARCH_ARG)), None)
         file, line = df.display, decl.line if decl else 1
     finding = _f(
-        df, line, 1, "vllm-arch-superset",
+        df,
+        line,
+        1,
+        "vllm-arch-superset",
         f"vLLM is built for {archmod.canonical(req.vllm_archs)} ({req.vllm_origin}), which lacks "
         f"{', '.join(missing)} that DeepEP is built for: vLLM's own kernels would be missing there",
         f"add {', '.join(missing)} to vLLM's list (--vllm-arch, or PYTORCH_ROCM_ARCH in {vd.BAKE_FILE})",
@@ -209,7 +233,10 @@ def offload_arch(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
                     line, col = df.find(ins, f"{m.group(1)}=")
                     out.append(
                         _f(
-                            df, line, col, "offload-arch-multi",
+                            df,
+                            line,
+                            col,
+                            "offload-arch-multi",
                             f"{m.group(1)} names {len(targets)} archs in one --offload-arch ({', '.join(targets)}); "
                             "an --offload-arch flag takes one arch",
                             f"drop --offload-arch from {m.group(1)}: DeepEP's setup.py adds one per arch "

@@ -224,8 +224,13 @@ def _expand(raw: str, lookup, dialect: str, file: str, line: int, col: int = 1) 
     except _BadSubstitution as exc:
         return Val(None, file, line, f"{BAD}${{{exc}}}", col)
     src = ex.source
-    if src is not None and src.text is not None and ex.count == 1 and text.rstrip().endswith(src.text.strip()) \
-            and src.file != "--build-arg":
+    if (
+        src is not None
+        and src.text is not None
+        and ex.count == 1
+        and text.rstrip().endswith(src.text.strip())
+        and src.file != "--build-arg"
+    ):
         return Val(text, src.file, src.line, col=src.col)
     return Val(text, file, line, col=col)
 
@@ -415,8 +420,15 @@ class _Shell:
         for i, c in enumerate(cmds):
             words = [p for p in getattr(c, "parts", []) if p.kind == "word"]
             first = words[0].word if words else ""
-            if i > 0 and posixpath.basename(first) in ("sh", "bash", "dash") and len(words) == 1 or (
-                i > 0 and posixpath.basename(first) in ("sh", "bash") and all(w.word.startswith("-") for w in words[1:])
+            if (
+                i > 0
+                and posixpath.basename(first) in ("sh", "bash", "dash")
+                and len(words) == 1
+                or (
+                    i > 0
+                    and posixpath.basename(first) in ("sh", "bash")
+                    and all(w.word.startswith("-") for w in words[1:])
+                )
             ):
                 if _mentions_build(self.text):
                     self.warn(c.pos[0], "a script piped into a shell (its text is not in the checkout)")
@@ -455,7 +467,7 @@ class _Shell:
         base = posixpath.basename(argv0)
         if base == "env":
             rest = 1
-            while rest < len(values) and values[rest].text and "=" in values[rest].text and not values[rest].text.startswith("-"):
+            while rest < len(values) and re.match(r"[A-Za-z_]\w*=", values[rest].text or ""):
                 name, _, text = values[rest].text.partition("=")
                 prefix[name] = Val(text, values[rest].file, values[rest].line)
                 rest += 1
@@ -467,7 +479,11 @@ class _Shell:
     def _assignment(self, a) -> tuple[str, Val]:
         raw = self.text[a.pos[0] : a.pos[1]]
         name, _, rhs = raw.partition("=")
-        return name, self.expand(rhs, a.pos[0] + len(name) + 1)
+        at = a.pos[0] + len(name) + 1
+        val = self.expand(rhs, at)
+        if (val.file, val.line, val.col) == (self.file, self.line(at), self.col(at)):  # a literal: the name's place
+            val = Val(val.text, self.file, self.line(a.pos[0]), val.why, self.col(a.pos[0]))
+        return name, val
 
     def _exec(self, values: list[Val], words, prefix: dict[str, Val], node, redirects) -> None:
         argv0 = values[0].text or ""
@@ -512,7 +528,8 @@ class _Shell:
             if base == "source" and self.dialect == DASH:
                 self.run.flow.problems.append(Problem(
                     "error", self.file, line, "`source` is bash-only: /bin/sh (dash) says 'source: not found' "
-                    "and the RUN fails; use `.` or SHELL [\"/bin/bash\", \"-c\"]", self.run.stage, self.col(words[0].pos[0])))  # fmt: skip
+                    "and the RUN fails; use `.` or SHELL [\"/bin/bash\", \"-c\"]",
+                    self.run.stage, self.col(words[0].pos[0])))  # fmt: skip
                 raise _RunFails
             if args:
                 self._script(args[0], words[1].pos[0], same_shell=True, dialect=self.dialect)
@@ -539,21 +556,25 @@ class _Shell:
                 if script.text and posixpath.basename(script.text) == "all_backends":
                     self._rocshmem(args[i + 1 :], line, col)
                     return
-                self._script(script, words[i + 1].pos[0], same_shell=False, dialect=dialect, env=env,
-                             argv=args[i + 1 :])
+                self._script(
+                    script, words[i + 1].pos[0], same_shell=False, dialect=dialect, env=env, argv=args[i + 1 :]
+                )
             return
         if base == "all_backends":
             self._rocshmem(args, line, col)
             return
-        if base.startswith("python") and any(v.text == "setup.py" or (v.text or "").endswith("/setup.py") for v in args):
-            if "deepep" in self.cwd.lower() or any(v.text == "--variant" for v in args):
+        if base.startswith("python") and any(posixpath.basename(v.text or "") == "setup.py" for v in args):
+            # DeepEP's, not vLLM's: run in a DeepEP folder, in vLLM's build_deepep stage, or with --variant.
+            deepep = "deepep" in self.cwd.lower() or self.run.stage == co.DEEPEP_STAGE
+            if deepep or any(v.text == "--variant" for v in args):
                 pv = env.get("PYTORCH_ROCM_ARCH")
                 gone = "PYTORCH_ROCM_ARCH" in self.unsets or "PYTORCH_ROCM_ARCH" in self.vars
                 val = pv.val if pv else (None if gone else self.run.unset("PYTORCH_ROCM_ARCH"))
                 if self.tainted and "PYTORCH_ROCM_ARCH" not in prefix:
                     val = Val(None, self.file, line, self.tainted)
-                self.run.flow.calls.append(BuildCall(
-                    "deepep", self.run.stage, self.file, line, val or Val("", self.file, line, col=col), col))
+                self.run.flow.calls.append(
+                    BuildCall("deepep", self.run.stage, self.file, line, val or Val("", self.file, line, col=col), col)
+                )
             return
         if base in ("echo", "printf") and redirects:
             self._write(base, args, redirects)
@@ -567,7 +588,8 @@ class _Shell:
             return
         # The -c text is a part of this file: positions map back through the word's own place.
         start = word.pos[0] + (1 if self.text[word.pos[0]] in "'\"" else 0)
-        inner = self.text[start : start + len(text.text)] if self.text[start : start + len(text.text)] == text.text else text.text
+        same = self.text[start : start + len(text.text)] == text.text
+        inner = self.text[start : start + len(text.text)] if same else text.text
         sh = _Shell(self.run, dict(env), dialect, self.file, _Offset(self, start), inner)
         sh.cwd, sh.depth = self.cwd, self.depth + 1
         sh.exec_text(inner)
@@ -651,8 +673,8 @@ class _Shell:
                     words = [w for w in words if w not in ("-n", "-e")] if words and words[0] in ("-n", "-e") else words
                     text = " ".join(words) + "\n"
                 else:
-                    text = words[0].replace("\\n", "\n") % tuple(words[1:]) if words and "%" in words[0] and words[0].count("%s") == len(words) - 1 else (" ".join(words).replace("\\n", "\n"))
-                why = ""
+                    text = _printf(words)
+                why = "" if text is not None else f"a printf format beyond %s at {self.file}:{self.line(r.pos[0])}"
             path = posixpath.normpath(posixpath.join(self.cwd, target))
             line = self.line(r.pos[0])
             old = self.run.vfs.files.get(path)
@@ -672,6 +694,18 @@ class _Offset:
 
     def col(self, pos: int) -> int:
         return self.outer.col(self.start + pos)
+
+
+def _printf(words: list[str]) -> str | None:
+    """printf FORMAT ARGS with only %s and \\n in FORMAT (what an env file is written with); else unknown."""
+    if not words:
+        return ""
+    fmt, rest = words[0], words[1:]
+    parts = fmt.split("%s")
+    if "%" in fmt.replace("%s", "") or len(parts) - 1 != len(rest):
+        return None
+    out = parts[0] + "".join(a + p for a, p in zip(rest, parts[1:], strict=True))
+    return out.replace("\\n", "\n")
 
 
 def _mentions_build(text: str) -> bool:
@@ -719,7 +753,8 @@ def follow(
         elif d.default is not None:
             glob_vals[d.name] = _expand(d.default, lambda n: glob_vals.get(n), DOCKERFILE, df.display, d.line)
         glob_scope[d.name] = glob_vals[d.name].text or "" if d.name in glob_vals else ""
-    needed = _reachable(df, by_name, target, glob_scope)
+    # A file without the target (a hand-written one) is followed whole: every stage it builds.
+    needed = _reachable(df, by_name, target, glob_scope) if target in by_name else set(by_name)
     flow.stages = [s.name for s in df.stages if s.name in needed]
     states: dict[str, _StageState] = {}
 
@@ -768,8 +803,10 @@ def follow(
             elif cmd == "ENV":
                 pairs = list(zip(ins.value[::2], ins.value[1::2], strict=False))
                 # All values of one ENV are expanded with the variables before it (Docker's rule).
-                done = [(k, _expand(v, lookup, DOCKERFILE, df.display, *df.find(ins, re.compile(rf"\b{re.escape(k)}\b"))))
-                        for k, v in pairs]  # fmt: skip
+                done = []
+                for k, v in pairs:
+                    at = df.find(ins, re.compile(rf"\b{re.escape(k)}\b"))
+                    done.append((k, _expand(v, lookup, DOCKERFILE, df.display, *at)))
                 for k, v in done:
                     st.env[k] = v
             elif cmd == "SHELL":
@@ -808,8 +845,11 @@ def _copy(df, ins, st: _StageState, states, lookup, workdir: str, root: Path, gl
             for path, entry in list(other.vfs.files.items()):
                 if path == src or path.startswith(src.rstrip("/") + "/"):
                     rel = posixpath.relpath(path, src)
-                    to = posixpath.join(dest_abs, posixpath.basename(path)) if path == src and into_dir else (
-                        dest_abs if rel == "." else posixpath.join(dest_abs, rel))
+                    to = (
+                        posixpath.join(dest_abs, posixpath.basename(path))
+                        if path == src and into_dir
+                        else (dest_abs if rel == "." else posixpath.join(dest_abs, rel))
+                    )
                     st.vfs.files[posixpath.normpath(to)] = entry
         return
     for src in srcs:
@@ -820,7 +860,8 @@ def _copy(df, ins, st: _StageState, states, lookup, workdir: str, root: Path, gl
             local.relative_to(root.resolve())
         except ValueError:
             continue
-        to = posixpath.join(dest_abs, posixpath.basename(src.rstrip("/"))) if into_dir and not local.is_dir() else dest_abs
+        name = posixpath.basename(src.rstrip("/"))
+        to = posixpath.join(dest_abs, name) if into_dir and not local.is_dir() else dest_abs
         st.vfs.files[posixpath.normpath(to)] = ("dir" if local.is_dir() else "file", local)
 
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmci import arch as archmod
-from rocmci.findings import ERROR
 from rocmci import labels as label
 from rocmci.errors import FindingsError, UsageError
+from rocmci.findings import ERROR
 from rocmci.image import check as checkmod
 from rocmci.image import plan as planmod
 from rocmci.image import retarget as retargetmod
