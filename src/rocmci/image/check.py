@@ -74,6 +74,8 @@ def _judge(df: vd.VllmDockerfile, req: ArchRequest, kind: str) -> list[Finding]:
     want = archmod.canonical([a for a in req.archs if a in archmod.DEEPEP_ARCHS] if kind == "deepep" else req.archs)
     fix = (f'export PYTORCH_ROCM_ARCH="${{{vd.ARCH_ARG}}}" before DeepEP\'s setup.py (it reads only PYTORCH_ROCM_ARCH)'
            if kind == "deepep" else f'pass -DGPU_TARGETS="${{{vd.ARCH_ARG}}}" to rocSHMEM\'s all_backends')  # fmt: skip
+    if not want:
+        return []  # nothing DeepEP can build was asked for: deepep-unsupported-arch is the finding
     calls = [c for c in flow.calls if c.kind == kind]
     var = "PYTORCH_ROCM_ARCH" if kind == "deepep" else "-DGPU_TARGETS"
     out: list[Finding] = []
@@ -110,6 +112,11 @@ def _judge(df: vd.VllmDockerfile, req: ArchRequest, kind: str) -> list[Finding]:
                 continue
             shown = repr(val.text) if val.text.strip() else "empty (setup.py's default gfx942;gfx950)"
         else:
+            if not val.text.strip():
+                out.append(_find(at, rule, ERROR,
+                                 f"rocSHMEM's -DGPU_TARGETS is empty (from {origin}, stage {call.stage}): "
+                                 f"{vd.ARCH_ARG} is not set there, and the arch list never reaches rocSHMEM", fix))
+                continue
             try:
                 got = archmod.parse_arch_list(val.text, what="-DGPU_TARGETS")
             except Exception:  # noqa: BLE001 (a UsageError: not an arch list)

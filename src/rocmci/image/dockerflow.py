@@ -566,7 +566,9 @@ class _Shell:
         if base.startswith("python") and any(posixpath.basename(v.text or "") == "setup.py" for v in args):
             # DeepEP's, not vLLM's: run in a DeepEP folder, in vLLM's build_deepep stage, or with --variant.
             deepep = "deepep" in self.cwd.lower() or self.run.stage == co.DEEPEP_STAGE
-            if deepep or any(v.text == "--variant" for v in args):
+            words = {v.text for v in args}
+            cleaning = words & {"clean", "--help", "sdist", "--version"} and not words & _SETUP_BUILDS
+            if (deepep or "--variant" in words) and not cleaning:
                 pv = env.get("PYTORCH_ROCM_ARCH")
                 gone = "PYTORCH_ROCM_ARCH" in self.unsets or "PYTORCH_ROCM_ARCH" in self.vars
                 val = pv.val if pv else (None if gone else self.run.unset("PYTORCH_ROCM_ARCH"))
@@ -694,6 +696,9 @@ class _Offset:
 
     def col(self, pos: int) -> int:
         return self.outer.col(self.start + pos)
+
+
+_SETUP_BUILDS = frozenset({"bdist_wheel", "build", "build_ext", "install", "develop", "bdist_egg"})
 
 
 def _printf(words: list[str]) -> str | None:
