@@ -144,7 +144,7 @@ def test_large_dockerfile_is_linear(vllm_fixtures, tmp_path):
     findings = checkmod.check(df, req)
     took = time.perf_counter() - t
     assert not [f for f in findings if f.severity == "error"]
-    assert took < 2.0, took
+    assert took < 1.0, took  # measured 0.37 s here (BuildKit's parser, before, takes ~2 s of its own)
 
 
 def test_classic_builder_ends_args_buildkit_keeps_them(vllm_fixtures, tmp_path):
