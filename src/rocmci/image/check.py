@@ -265,6 +265,13 @@ def check(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
 
 def summary(df: vd.VllmDockerfile, req: ArchRequest) -> str:
     vllm = f"; vLLM's {archmod.canonical(req.vllm_archs)} covers it" if req.vllm_archs else ""
+    warned = [f for f in check(df, req) if f.severity == WARNING]
+    if warned:
+        return (
+            f"{df.display}: no error, but {len(warned)} step(s) the check cannot follow (the warnings above): "
+            f"whether {vd.ARCH_ARG}={archmod.canonical(req.archs)} reaches them is for the DeepEP check after "
+            "the build (`rocmci image.build` runs it)"
+        )
     return (
         f"{df.display}: arch flow whole: {vd.ARCH_ARG}={archmod.canonical(req.archs)} reaches rocSHMEM "
         f"(-DGPU_TARGETS) and DeepEP (PYTORCH_ROCM_ARCH){vllm}"
