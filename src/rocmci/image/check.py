@@ -43,12 +43,12 @@ def _unquote(value: str) -> str:
 
 def _flow(df: vd.VllmDockerfile, req: ArchRequest) -> flowmod.Flow:
     """The build followed once per (file, request): both flow rules read the same result."""
-    key = (id(df), req)
-    if _FLOW_CACHE.get("key") != key:
+    # The cache holds the file itself, so that `is` (not an id a freed object's successor may reuse) decides.
+    if _FLOW_CACHE.get("df") is not df or _FLOW_CACHE.get("req") != req:
         args = {vd.ARCH_ARG: archmod.canonical(req.archs), "REMOTE_VLLM": "0", **dict(req.build_args)}
         if req.vllm_archs is not None:
             args[vd.VLLM_ARCH_ARG] = archmod.canonical(req.vllm_archs)
-        _FLOW_CACHE.update(key=key, flow=flowmod.follow(df, req.target, args))
+        _FLOW_CACHE.update(df=df, req=req, flow=flowmod.follow(df, req.target, args))
     return _FLOW_CACHE["flow"]
 
 
