@@ -73,9 +73,12 @@ class Stage:
     base: str  # the FROM image as written, e.g. ${CI_BASE_IMAGE} or build_rocshmem
     line: int
     instructions: list[Instruction] = field(default_factory=list)
+    _args: list[ArgDecl] | None = field(default=None, repr=False, compare=False)
 
     def args(self) -> list[ArgDecl]:
-        return [d for i in self.instructions if i.cmd == "ARG" for d in _arg_decls(i, self.name)]
+        if self._args is None:  # read once: a 100k-line file is asked for its ARGs per setting
+            self._args = [d for i in self.instructions if i.cmd == "ARG" for d in _arg_decls(i, self.name)]
+        return self._args
 
     def runs(self) -> list[Instruction]:
         return [i for i in self.instructions if i.cmd == "RUN"]
@@ -89,13 +92,25 @@ class VllmDockerfile:
     global_args: list[ArgDecl]
     stages: list[Stage]
 
+    _index: dict | None = field(default=None, repr=False, compare=False)
+
+    def _names(self) -> dict:
+        """Stages by name and ARG declarations by name, built once (lookups stay linear in the file)."""
+        if self._index is None:
+            stages: dict[str, Stage] = {}
+            for s in self.stages:
+                stages.setdefault(s.name, s)
+            decls: dict[str, list[ArgDecl]] = {}
+            for d in [*self.global_args, *(d for s in self.stages for d in s.args())]:
+                decls.setdefault(d.name, []).append(d)
+            self._index = {"stages": stages, "decls": decls}
+        return self._index
+
     def stage(self, name: str) -> Stage | None:
-        return next((s for s in self.stages if s.name == name), None)
+        return self._names()["stages"].get(name)
 
     def declarations(self, name: str) -> list[ArgDecl]:
-        return [d for d in self.global_args if d.name == name] + [
-            d for s in self.stages for d in s.args() if d.name == name
-        ]
+        return list(self._names()["decls"].get(name, ()))
 
     def arg(self, name: str) -> ArgDecl | None:
         """The declaration that gives ARG `name` its default. Two different defaults are an error: one source."""
@@ -243,11 +258,26 @@ def parse(text: str, *, path: Path, display: str) -> VllmDockerfile:
     return VllmDockerfile(path, display, dockerfile_lines(text), global_args, stages)
 
 
+_LOADED: dict[tuple, VllmDockerfile] = {}  # the last few files parsed, by path and what stat says of them
+
+
 def load(checkout: Path, rel: Path = DOCKERFILE) -> VllmDockerfile:
     path = checkout / rel
     if not os.path.lexists(path):
         raise UsageError(f"{checkout} holds no {rel}", hint="point --vllm-src at a vLLM checkout")
-    return parse(_read(path), path=path, display=str(rel))
+    try:
+        st = os.stat(path)
+        key: tuple | None = (str(path), str(rel), st.st_ino, st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    if key is not None and key in _LOADED:  # settings and the task both read it: BuildKit's parser runs once
+        return _LOADED[key]
+    df = parse(_read(path), path=path, display=str(rel))
+    if key is not None:
+        if len(_LOADED) >= 4:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = df
+    return df
 
 
 def _read(path: Path) -> str:

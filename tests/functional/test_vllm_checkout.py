@@ -72,8 +72,10 @@ def test_every_task_works_from_a_vllm_checkout(checkout: Path, where: str):
     assert "rocprofiler-register-teardown" in workarounds.stdout
     assert f"{checkout}/tests/kernels/moe/test_deepep_moe.py" in workarounds.stdout  # evidence from this checkout
 
-    check = rocmci("image.check", cwd=cwd)
-    # vLLM's real Dockerfile.rocm hard-codes DeepEP's PYTORCH_ROCM_ARCH: the check's finding, exit 1, is the answer.
+    check = rocmci("image.check", cwd=cwd)  # the list vLLM's file hard-codes for DeepEP is the default one
+    assert check.returncode == 0 and check.stderr == "", check.stdout + check.stderr
+    check = rocmci("image.check", "--arch", "gfx942", cwd=cwd)
+    # ... so another list reaches rocSHMEM only: the check's finding, exit 1, is the answer.
     assert check.returncode == 1 and check.stderr == "", check.stderr
     assert check.stdout.startswith("docker/Dockerfile.rocm:") and "error [deepep-arch-source]" in check.stdout
 

@@ -133,17 +133,18 @@ def test_failing_step_is_named_with_its_log_tail(engine, standin, built, tmp_pat
 def test_a_deepep_built_for_gfx942_under_a_gfx950_request_fails_the_build_at_the_deepep_check(
     engine, standin, built, tmp_path
 ):
-    """The file passes the static arch check (a later ENV overrides DEEPEP_ROCM_ARCH in build_deepep, a class
-    issue 31 found it misses), so only the evidence can tell: the build fails and no tag keeps the lying labels."""
+    """The static arch check cannot follow the file (an eval sets DeepEP's PYTORCH_ROCM_ARCH): a warning, not a
+    refusal, so only the evidence can tell: the build fails and no tag keeps the lying labels."""
     from rocmci.labels import MANAGED
 
     tree, repo = standin
     wrong = tmp_path / "vllm"
     shutil.copytree(tree, wrong)
     path = wrong / "docker" / "Dockerfile.rocm"
-    stage = "FROM build_rocshmem AS build_deepep\n"
-    path.write_text(path.read_text().replace(stage, stage + "ENV DEEPEP_ROCM_ARCH=gfx942\n"))
-    assert run_invoke("image.check", "--vllm-src", str(wrong), "--arch", "gfx950").returncode == 0  # statically "fine"
+    setup = " && python3 setup.py --variant rocm"
+    path.write_text(path.read_text().replace(setup, ' && eval "export PYTORCH_ROCM_ARCH=gfx942" \\\n' + setup))
+    checked = run_invoke("image.check", "--vllm-src", str(wrong), "--arch", "gfx950")
+    assert checked.returncode == 0 and "warning [arch-flow-unfollowed] eval runs text" in checked.stdout
     dry = run_invoke("image.build", "--vllm-src", str(wrong), "--arch", "gfx950", "-n", env=env_for(repo))
     ci_base = f"{repo}:ci-base-gfx950-vllm-gfx90a-gfx942-gfx950"
     assert dry.returncode == 0 and "# then the DeepEP check (the verifier " in dry.stdout

@@ -33,7 +33,7 @@ def test_arch_finding_keeps_buildkits_line_and_column_after_a_comment_holding_it
     first_comment = text.index("\n#") + 2
     dockerfile.write_text(text[:first_comment] + f" a{char}b" + text[first_comment:])
     request = checkmod.ArchRequest(
-        ("gfx942", "gfx950"), "--arch", ("gfx90a", "gfx942", "gfx950"), "bake", ("docker/docker-bake-rocm.hcl", 23)
+        ("gfx942",), "--arch", ("gfx90a", "gfx942", "gfx950"), "bake", ("docker/docker-bake-rocm.hcl", 23)
     )
     expected = [(f.line, f.col, f.rule) for f in checkmod.check(vd.load(plain), request)]
     assert expected and expected[0][2] == "deepep-arch-source"

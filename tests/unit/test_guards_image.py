@@ -25,9 +25,9 @@ FIXED = 'export PYTORCH_ROCM_ARCH="${DEEPEP_ROCM_ARCH}"'
 DISPLAY = "docker/Dockerfile.rocm"
 
 
-def findings(text: str) -> list:
+def findings(text: str, archs=("gfx942", "gfx950")) -> list:
     df = vd.parse(text, path=Path("/vllm") / DISPLAY, display=DISPLAY)
-    return checkmod.check(df, checkmod.ArchRequest(("gfx942", "gfx950"), "--arch"))
+    return checkmod.check(df, checkmod.ArchRequest(archs, "--arch"))
 
 
 def line_of(text: str, needle: str) -> int:
@@ -43,14 +43,15 @@ def real(vllm_fixtures) -> str:
 
 
 def test_the_arch_finding_shows_the_hard_coded_value_and_both_lines(real):
-    (finding,) = findings(real)
-    export, targets = line_of(real, HARD_CODED), line_of(real, "-DGPU_TARGETS=")
+    assert findings(real) == []  # the file's own list is what it hard-codes: DeepEP gets what was asked
+    (finding,) = findings(real, ("gfx942",))
+    export, setup = line_of(real, HARD_CODED), line_of(real, "python3 setup.py --variant rocm")
     assert (finding.file, finding.line, finding.rule) == (DISPLAY, export, "deepep-arch-source")
     assert finding.message == (
-        "DeepEP's PYTORCH_ROCM_ARCH is 'gfx942;gfx950', not DEEPEP_ROCM_ARCH: an arch list given to the build "
-        f"reaches rocSHMEM's -DGPU_TARGETS (line {targets}) only, and DeepEP is still built for 'gfx942;gfx950'"
+        f"DeepEP's setup.py (stage build_deepep, {DISPLAY}:{setup}) builds for gfx942;gfx950, not the requested "
+        f"gfx942: PYTORCH_ROCM_ARCH is 'gfx942;gfx950' (from {DISPLAY}:{export})"
     )
-    assert finding.col == real.splitlines()[export - 1].index(HARD_CODED) + 1
+    assert finding.col == real.splitlines()[export - 1].index(HARD_CODED) + len("export ") + 1
 
 
 def test_the_arch_finding_shows_an_env_value_when_no_export_sets_it(real):
@@ -59,8 +60,7 @@ def test_the_arch_finding_shows_an_env_value_when_no_export_sets_it(real):
     )
     (finding,) = findings(text)
     assert finding.line == line_of(text, "ENV PYTORCH_ROCM_ARCH=gfx950")
-    assert "DeepEP's PYTORCH_ROCM_ARCH is 'gfx950', not DEEPEP_ROCM_ARCH" in finding.message
-    assert finding.message.endswith("DeepEP is still built for 'gfx950'")
+    assert "builds for gfx950, not the requested gfx942;gfx950: PYTORCH_ROCM_ARCH is 'gfx950'" in finding.message
 
 
 # --- DEEPEP_ROCM_ARCH must be in scope where build_deepep uses it ------------------------------------------
@@ -68,13 +68,14 @@ def test_the_arch_finding_shows_an_env_value_when_no_export_sets_it(real):
 
 def test_build_deepep_using_the_arg_outside_its_scope_is_a_finding(real):
     fixed = real.replace(HARD_CODED, FIXED)
-    assert findings(fixed) == []  # declared in build_rocshmem, which build_deepep is built FROM
+    assert findings(fixed, ("gfx942",)) == []  # declared in build_rocshmem, which build_deepep is built FROM
     orphan = fixed.replace("FROM build_rocshmem AS build_deepep", "FROM base AS build_deepep")
-    (finding,) = findings(orphan)
+    assert findings(orphan) == []  # empty: DeepEP's own default, which is the list asked for
+    (finding,) = findings(orphan, ("gfx942",))
     assert (finding.rule, finding.line) == ("deepep-arch-source", line_of(orphan, FIXED))
-    assert finding.message.startswith("DEEPEP_ROCM_ARCH is not declared in build_deepep")
+    assert "PYTORCH_ROCM_ARCH is empty (setup.py's default gfx942;gfx950)" in finding.message
     redeclared = orphan.replace("FROM base AS build_deepep", "FROM base AS build_deepep\nARG DEEPEP_ROCM_ARCH")
-    assert findings(redeclared) == []
+    assert findings(redeclared, ("gfx942",)) == []
 
 
 # --- --force and the input hash reach the plan -----------------------------------------------------------

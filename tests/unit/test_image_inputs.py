@@ -153,6 +153,7 @@ def test_every_arch_assignment_before_setup_py_counts():
     )
     (finding,) = flow(later)
     assert (finding.rule, finding.line, finding.col) == ("deepep-arch-source", 6, 5) and "'gfx942'" in finding.message
+    assert "stage build_deepep, Dockerfile.rocm:6" in finding.message
 
 
 def test_offload_arch_one_flag_per_arch_is_fine_one_flag_for_two_is_not():

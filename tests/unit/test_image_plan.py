@@ -113,7 +113,7 @@ def test_non_default_list_is_refused_only_while_the_flow_is_broken(tree):
     assert _refusal(tree, ("gfx942", "gfx950")) is None  # the default builds what vLLM builds
     refused = _refusal(tree, ("gfx942",))
     assert refused is not None and refused.exit_code == 1
-    assert "refusing to build for gfx942: docker/Dockerfile.rocm:505:5: error [deepep-arch-source]" in refused.message
+    assert "refusing to build for gfx942: docker/Dockerfile.rocm:505:12: error [deepep-arch-source]" in refused.message
     path = tree / "docker/Dockerfile.rocm"
     path.write_text(path.read_text().replace(HARD_CODED, 'export PYTORCH_ROCM_ARCH="${DEEPEP_ROCM_ARCH}"'))
     assert _refusal(tree, ("gfx942",)) is None

@@ -29,8 +29,10 @@ from rocmci.image.plan import INPUT_HASH_LABEL, BaseFacts, BuildStep, plan_build
 from tests.unit.test_image_plan import request as build_request
 
 FILE = "Dockerfile.rocm"
-FIX_ROCSHMEM = 'pass -DGPU_TARGETS="${DEEPEP_ROCM_ARCH}" to all_backends'
-FIX_DEEPEP = 'export PYTORCH_ROCM_ARCH="${DEEPEP_ROCM_ARCH}" (DeepEP\'s setup.py reads only PYTORCH_ROCM_ARCH)'
+FIX_ROCSHMEM = 'pass -DGPU_TARGETS="${DEEPEP_ROCM_ARCH}" to rocSHMEM\'s all_backends'
+FIX_DEEPEP = (
+    'export PYTORCH_ROCM_ARCH="${DEEPEP_ROCM_ARCH}" before DeepEP\'s setup.py (it reads only PYTORCH_ROCM_ARCH)'
+)
 SUPPORTED = (
     "DeepEP builds only gfx942 (MI300A/MI300X/MI325X), gfx950 (MI350X/MI355X) (source: ROCm/DeepEP's setup.py, "
     "main of May 2026 (allowed_arch, and the list it builds when PYTORCH_ROCM_ARCH is unset))"
@@ -68,47 +70,44 @@ def test_a_whole_flow_has_no_finding():
     assert found(PRE + ROC + DEP) == []
 
 
+def _where(findings) -> list[tuple]:
+    return [(f[1], f[2], f[3]) for f in findings]
+
+
 def test_rocshmem_rule_every_way_the_list_can_miss_rocshmem():
-    """Each way rocSHMEM is built without DEEPEP_ROCM_ARCH is one finding at the place to change, with its fix."""
-    gone = PRE + ROC.replace("AS build_rocshmem", "AS other") + DEP.replace("FROM build_rocshmem", "FROM other")
-    assert found(gone) == [
-        err(1, 1, "rocshmem-gpu-targets", "no build_rocshmem stage: nothing builds rocSHMEM", "restore the stage")
-    ]
+    """Each way rocSHMEM is built without the requested list is one finding at the place to change, with its fix;
+    the list is judged by the value that reaches all_backends' -DGPU_TARGETS, not by how it is written."""
     never = PRE + ROC.replace('RUN bash all_backends -DGPU_TARGETS="${DEEPEP_ROCM_ARCH}"', "RUN make") + DEP
-    assert found(never) == [
-        err(3, 1, "rocshmem-gpu-targets", "build_rocshmem never runs rocSHMEM's all_backends build", "restore it")
-    ]
-    # Found by either word: a RUN naming GPU_TARGETS alone is the build too.
-    targets_only = PRE + ROC.replace("bash all_backends", "cmake") + DEP
-    assert found(targets_only) == []
+    assert found(never) == [err(
+        3, 1, "rocshmem-gpu-targets",
+        "ci_base builds no rocSHMEM's all_backends: the stages it installs (base, build_rocshmem, build_deepep) "
+        "never run it", "restore the build step",
+    )]  # fmt: skip
     without = PRE + ROC.replace('-DGPU_TARGETS="${DEEPEP_ROCM_ARCH}"', "-DCMAKE=1") + DEP
-    assert found(without) == [
-        err(5, 10, "rocshmem-gpu-targets",
-            "rocSHMEM is built without -DGPU_TARGETS: the arch list never reaches it", FIX_ROCSHMEM)
-    ]  # fmt: skip
-    # A RUN naming GPU_TARGETS only in a flag, with no command: no -DGPU_TARGETS reaches rocSHMEM.
-    flag_only = PRE + ROC.replace('RUN bash all_backends -DGPU_TARGETS="${DEEPEP_ROCM_ARCH}"',
-                                  "RUN --mount=type=cache,target=/GPU_TARGETS") + DEP  # fmt: skip
-    assert found(flag_only) == [
-        err(5, 1, "rocshmem-gpu-targets",
-            "rocSHMEM is built without -DGPU_TARGETS: the arch list never reaches it", FIX_ROCSHMEM)
-    ]  # fmt: skip
-    for written, shown in (("'gfx942'", "'gfx942'"), ('"gfx942"', "'gfx942'"), ("gfx90a", "'gfx90a'")):
+    assert found(without) == [err(
+        5, 5, "rocshmem-gpu-targets",
+        "rocSHMEM is built without -DGPU_TARGETS (stage build_rocshmem): the arch list never reaches it", FIX_ROCSHMEM,
+    )]  # fmt: skip
+    for written, value in (("'gfx942'", "gfx942"), ('"gfx942"', "gfx942"), ("gfx90a", "gfx90a")):
         hard = PRE + ROC.replace('-DGPU_TARGETS="${DEEPEP_ROCM_ARCH}"', f"-DGPU_TARGETS={written}") + DEP
-        assert found(hard) == [
-            err(5, 23, "rocshmem-gpu-targets",
-                f"rocSHMEM's -DGPU_TARGETS is hard-coded to {shown}, not DEEPEP_ROCM_ARCH", FIX_ROCSHMEM)
-        ], written  # fmt: skip
+        assert found(hard) == [err(
+            5, 23, "rocshmem-gpu-targets",
+            f"rocSHMEM's all_backends (stage build_rocshmem, {FILE}:5) builds for {value}, not the requested "
+            f"gfx942;gfx950: -DGPU_TARGETS is {value!r} (from {FILE}:5)", FIX_ROCSHMEM,
+        )], written  # fmt: skip
+    # The requested list itself is right: a hard-coded copy of it builds what was asked.
+    same = PRE + ROC.replace('-DGPU_TARGETS="${DEEPEP_ROCM_ARCH}"', '-DGPU_TARGETS="gfx942;gfx950"') + DEP
+    assert found(same) == []
     undeclared = PRE + ROC.replace('ARG DEEPEP_ROCM_ARCH="gfx942;gfx950"', "ARG OTHER=1") + DEP
-    assert found(undeclared)[0] == err(
+    assert found(undeclared) == [err(
         5, 23, "rocshmem-gpu-targets",
-        "DEEPEP_ROCM_ARCH is not declared in build_rocshmem, so -DGPU_TARGETS expands to nothing",
-        'declare ARG DEEPEP_ROCM_ARCH="gfx942;gfx950" in build_rocshmem',
-    )  # fmt: skip
-    # Declared in a stage build_rocshmem is built FROM is in scope (BuildKit).
+        f"rocSHMEM's -DGPU_TARGETS is empty (from {FILE}:5, stage build_rocshmem): DEEPEP_ROCM_ARCH is not set "
+        "there, and the arch list never reaches rocSHMEM", FIX_ROCSHMEM,
+    )]  # fmt: skip
+    # Declared globally and re-declared in a stage build_rocshmem is built FROM: in scope (BuildKit keeps it).
     roc = ROC.replace('ARG DEEPEP_ROCM_ARCH="gfx942;gfx950"', "ARG OTHER=1")
     inherited = PRE.replace("AS base\n", "AS base\nARG DEEPEP_ROCM_ARCH\n") + roc + DEP
-    assert found(inherited) == []
+    assert found(inherited) == [] and found(inherited, archs=("gfx950",)) == []
 
 
 def test_quotes_are_taken_off_a_whole_pair_only():
@@ -122,65 +121,61 @@ def test_quotes_are_taken_off_a_whole_pair_only():
 # --- deepep-arch-source: DeepEP's setup.py must see the same list -------------------------------------------
 
 
-def test_deepep_rule_every_way_the_list_can_miss_deepep():
-    """No stage, no setup.py, PYTORCH_ROCM_ARCH unset: each a finding where to fix it, with the export to add."""
-    assert found(PRE + ROC) == [
-        err(1, 1, "deepep-arch-source", "no build_deepep stage: nothing builds DeepEP", "restore the stage")
-    ]
-    assert found(PRE + ROC + "FROM build_rocshmem AS build_deepep\nRUN make\n") == [
-        err(6, 1, "deepep-arch-source", "build_deepep never runs DeepEP's setup.py", "restore it")
-    ]
-    unset = PRE + ROC + "FROM build_rocshmem AS build_deepep\nRUN cd DeepEP \\\n && python3 setup.py bdist_wheel\n"
-    expected = err(
-        8, 1, "deepep-arch-source",
-        "DeepEP's PYTORCH_ROCM_ARCH is not set from DEEPEP_ROCM_ARCH: it is whatever the base image has", FIX_DEEPEP,
-    )  # fmt: skip
-    assert found(unset) == [expected]  # at the line of setup.py, not the RUN's first line
-    # An assignment after setup.py does not reach it.
-    after = PRE + ROC + "FROM build_rocshmem AS build_deepep\nRUN cd DeepEP \\\n && python3 setup.py bdist_wheel " \
-        "&& export PYTORCH_ROCM_ARCH=gfx942\n"  # fmt: skip
-    assert found(after) == [expected]
-    # The first setup.py is the call rocmci reads and repeats: an export after it is too late for it.
-    twice = PRE + ROC + "FROM build_rocshmem AS build_deepep\nRUN cd DeepEP \\\n && python3 setup.py clean " \
-        "&& export PYTORCH_ROCM_ARCH=gfx942 && python3 setup.py bdist_wheel\n"  # fmt: skip
-    assert found(twice) == [expected]
-    # Also when the RUN starts with setup.py itself (the call is the first word).
-    first = PRE + ROC + "FROM build_rocshmem AS build_deepep\n"
-    first += "RUN setup.py bdist_wheel && export PYTORCH_ROCM_ARCH=gfx942\n"
-    assert found(first) == [expected[:1] + (7,) + expected[2:]]
-
-
-def _hard(value: str, line: int, col: int, where: str = " (line 5)") -> tuple:
+def _deepep(line: int, col: int, got: str, want: str, shown: str, src: str = "", setup: int = 0) -> tuple:
     return err(
         line, col, "deepep-arch-source",
-        f"DeepEP's PYTORCH_ROCM_ARCH is {value!r}, not DEEPEP_ROCM_ARCH: an arch list given to the build "
-        f"reaches rocSHMEM's -DGPU_TARGETS{where} only, and DeepEP is still built for {value!r}",
+        f"DeepEP's setup.py (stage build_deepep, {FILE}:{setup or line}) builds for {got}, not the requested "
+        f"{want}: PYTORCH_ROCM_ARCH is {shown} (from {src or f'{FILE}:{line}'})",
         FIX_DEEPEP,
     )  # fmt: skip
 
 
+EMPTY = "empty (setup.py's default gfx942;gfx950)"
+
+
+def test_deepep_rule_every_way_the_list_can_miss_deepep():
+    """No setup.py, PYTORCH_ROCM_ARCH unset or set after it: each a finding where to fix it, with the export."""
+    assert found(PRE + ROC) == [err(
+        1, 1, "deepep-arch-source",
+        "ci_base builds no DeepEP's setup.py: the stages it installs (base, build_rocshmem) never run it",
+        "restore the build step",
+    )]  # fmt: skip
+    assert _where(found(PRE + ROC + "FROM build_rocshmem AS build_deepep\nRUN make\n")) == [
+        (6, 1, "deepep-arch-source")
+    ]
+    # Unset: DeepEP's setup.py builds its own default, gfx942;gfx950: right for that list, wrong for another.
+    unset = PRE + ROC + "FROM build_rocshmem AS build_deepep\nRUN cd DeepEP \\\n && python3 setup.py bdist_wheel\n"
+    assert found(unset) == []
+    assert found(unset, archs=("gfx950",)) == [_deepep(8, 5, "gfx942;gfx950", "gfx950", EMPTY, f"{FILE}:8")]
+    # An assignment after setup.py does not reach it.
+    after = unset.replace("bdist_wheel\n", "bdist_wheel && export PYTORCH_ROCM_ARCH=gfx950\n")
+    assert found(after, archs=("gfx950",)) == [_deepep(8, 5, "gfx942;gfx950", "gfx950", EMPTY, f"{FILE}:8")]
+    # `setup.py clean` builds nothing; the export before the building call is what counts.
+    twice = unset.replace("setup.py bdist_wheel", "setup.py clean && export PYTORCH_ROCM_ARCH=gfx942 && python3 "
+                          "setup.py bdist_wheel")  # fmt: skip
+    assert found(twice) == [_deepep(8, 38, "gfx942", "gfx942;gfx950", "'gfx942'")]
+
+
 def test_the_env_that_sets_pytorch_rocm_arch_is_the_nearest_one():
-    """Without an assignment in the RUN, the last ENV of the nearest stage (build_deepep, then what it is built
-    FROM) is what setup.py sees: a hard-coded one is the finding, shown as written without trailing blanks."""
+    """Without an assignment in the RUN, the last ENV of the stage or the one it is built FROM is what setup.py
+    sees; the finding is at that ENV's variable."""
     setup = "RUN python3 setup.py bdist_wheel\n"
     deepep = "FROM build_rocshmem AS build_deepep\n"
     bad_env = PRE + ROC + deepep + "ENV PYTORCH_ROCM_ARCH=gfx950   \n" + setup
-    assert found(bad_env) == [_hard("gfx950", 7, 5)]
+    assert found(bad_env) == [_deepep(7, 5, "gfx950", "gfx942;gfx950", "'gfx950'", setup=8)]
+    assert found(bad_env, archs=("gfx950",)) == []  # it is the list asked for
     last_wins = PRE + ROC + deepep + "ENV PYTORCH_ROCM_ARCH=gfx950\nENV PYTORCH_ROCM_ARCH=${DEEPEP_ROCM_ARCH}\n" + setup
-    assert found(last_wins) == []
+    assert found(last_wins) == [] and found(last_wins, archs=("gfx942",)) == []
     last_bad = PRE + ROC + deepep + "ENV PYTORCH_ROCM_ARCH=${DEEPEP_ROCM_ARCH}\nENV A=1 PYTORCH_ROCM_ARCH=gfx942\n"
     last_bad += setup
-    assert found(last_bad) == [_hard("gfx942", 8, 9)]
+    assert found(last_bad) == [_deepep(8, 9, "gfx942", "gfx942;gfx950", "'gfx942'", setup=9)]
     in_parent = PRE + ROC.replace("RUN bash", "ENV PYTORCH_ROCM_ARCH=gfx942\nRUN bash") + deepep + setup
-    assert found(in_parent) == [_hard("gfx942", 5, 5, " (line 6)")]
+    assert found(in_parent) == [_deepep(5, 5, "gfx942", "gfx942;gfx950", "'gfx942'", setup=8)]
     nearest = PRE + ROC.replace("RUN bash", "ENV PYTORCH_ROCM_ARCH=gfx942\nRUN bash") + deepep
-    assert found(nearest + "ENV PYTORCH_ROCM_ARCH=${DEEPEP_ROCM_ARCH}\n" + setup) == []
-    # ARG/LABEL lines naming it are no ENV; a name that only ends in PYTORCH_ROCM_ARCH is another variable.
+    assert found(nearest + "ENV PYTORCH_ROCM_ARCH=${DEEPEP_ROCM_ARCH}\n" + setup, archs=("gfx950",)) == []
+    # LABEL lines naming it are no ENV; a name that only ends in PYTORCH_ROCM_ARCH is another variable.
     not_env = PRE + ROC + deepep + "LABEL PYTORCH_ROCM_ARCH=gfx942\nENV MY_PYTORCH_ROCM_ARCH=gfx942\n" + setup
-    assert found(not_env) == [err(
-        9, 1, "deepep-arch-source",
-        "DeepEP's PYTORCH_ROCM_ARCH is not set from DEEPEP_ROCM_ARCH: it is whatever the base image has", FIX_DEEPEP,
-    )]  # fmt: skip
+    assert found(not_env, archs=("gfx950",)) == [_deepep(9, 5, "gfx942;gfx950", "gfx950", EMPTY, f"{FILE}:9")]
 
 
 def test_the_env_value_shown_is_the_one_value_it_sets():
@@ -189,46 +184,43 @@ def test_the_env_value_shown_is_the_one_value_it_sets():
     deepep = "FROM build_rocshmem AS build_deepep\n"
     setup = "RUN python3 setup.py bdist_wheel\n"
     cases = [
-        ("ENV PYTORCH_ROCM_ARCH=gfx950 OTHER=1", "gfx950", 5),
-        ('ENV PYTORCH_ROCM_ARCH="gfx942;gfx950"', "gfx942;gfx950", 5),
-        ("ENV OLD_PYTORCH_ROCM_ARCH=gfx950 PYTORCH_ROCM_ARCH=gfx942", "gfx942", 34),
-        ("ENV PYTORCH_ROCM_ARCH gfx942", "gfx942", 5),
-        ("ENV PYTORCH_ROCM_ARCH=${DEEPEP_ROCM_ARCH} PYTORCH_ROCM_ARCH=gfx942", "gfx942", 5),
-        ("ENV PYTORCH_ROCM_\\\nARCH=gfx942", "gfx942", 1),  # the name split over lines: the ENV's first line
+        ("ENV PYTORCH_ROCM_ARCH=gfx942 OTHER=1", 5, 8),
+        ("ENV OLD_PYTORCH_ROCM_ARCH=gfx950 PYTORCH_ROCM_ARCH=gfx942", 34, 8),
+        ("ENV PYTORCH_ROCM_ARCH gfx942", 5, 8),
+        ("ENV PYTORCH_ROCM_ARCH=${DEEPEP_ROCM_ARCH} PYTORCH_ROCM_ARCH=gfx942", 5, 8),
+        ("ENV PYTORCH_ROCM_\\\nARCH=gfx942", 1, 9),  # the name split over lines: the ENV's first line
     ]
-    for env, value, col in cases:
-        assert found(PRE + ROC + deepep + env + "\n" + setup) == [_hard(value, 7, col)], env
+    for env, col, setup_line in cases:
+        assert found(PRE + ROC + deepep + env + "\n" + setup, archs=("gfx950",)) == [
+            _deepep(7, col, "gfx942", "gfx950", "'gfx942'", setup=setup_line)
+        ], env
+    assert found(PRE + ROC + deepep + 'ENV PYTORCH_ROCM_ARCH="gfx942;gfx950"\n' + setup) == []
     for env in ("ENV OLD_PYTORCH_ROCM_ARCH=gfx950 \\\n PYTORCH_ROCM_ARCH=${DEEPEP_ROCM_ARCH}",
                 "ENV PYTORCH_ROCM_ARCH=gfx942 PYTORCH_ROCM_ARCH=${DEEPEP_ROCM_ARCH}"):  # fmt: skip
-        assert found(PRE + ROC + deepep + env + "\n" + setup) == [], env
+        assert found(PRE + ROC + deepep + env + "\n" + setup, archs=("gfx950",)) == [], env
 
 
-def test_every_assignment_before_setup_py_is_read_and_the_first_hard_coded_one_is_shown():
-    """`export ...=${DEEPEP_ROCM_ARCH}` then `PYTORCH_ROCM_ARCH=gfx942 python3 setup.py` builds gfx942 only."""
+def test_every_assignment_before_setup_py_is_read_and_the_one_setup_py_sees_is_shown():
+    """`export ...='gfx942'` then `PYTORCH_ROCM_ARCH=gfx950 python3 setup.py` builds gfx950 only."""
     deepep = "FROM build_rocshmem AS build_deepep\n"
     two_bad = PRE + ROC + deepep + "RUN export PYTORCH_ROCM_ARCH='gfx942' && PYTORCH_ROCM_ARCH=gfx950 python3 "
     two_bad += "setup.py\n"
-    assert found(two_bad) == [_hard("gfx942", 7, 5)]
+    assert found(two_bad) == [_deepep(7, 42, "gfx950", "gfx942;gfx950", "'gfx950'")]
     both_good = (
         PRE + ROC + deepep + 'RUN export PYTORCH_ROCM_ARCH="${DEEPEP_ROCM_ARCH}" '
         "&& PYTORCH_ROCM_ARCH=$DEEPEP_ROCM_ARCH python3 setup.py\n"
     )
-    assert found(both_good) == []
-    # The last good assignment is where an out-of-scope list is reported.
+    assert found(both_good) == [] and found(both_good, archs=("gfx950",)) == []
+    # Built FROM a stage without the ARG: the list is empty there, DeepEP builds its default.
     orphan = both_good.replace("FROM build_rocshmem AS build_deepep", "FROM base AS build_deepep")
-    assert found(orphan) == [err(
-        7, 55, "deepep-arch-source",
-        "DEEPEP_ROCM_ARCH is not declared in build_deepep or a stage it is built FROM: "
-        "PYTORCH_ROCM_ARCH would be empty and DeepEP would build its own default",
-        "declare ARG DEEPEP_ROCM_ARCH in build_deepep",
-    )]  # fmt: skip
+    assert found(orphan, archs=("gfx950",)) == [_deepep(7, 55, "gfx942;gfx950", "gfx950", EMPTY, f"{FILE}:7")]
 
 
-def test_the_deepep_finding_names_rocshmems_line_only_when_rocshmem_gets_the_list():
+def test_the_deepep_finding_names_the_call_and_the_value_it_got():
     no_targets = PRE + ROC.replace(' -DGPU_TARGETS="${DEEPEP_ROCM_ARCH}"', "") + (
         "FROM build_rocshmem AS build_deepep\nRUN export PYTORCH_ROCM_ARCH=gfx950 && python3 setup.py\n"
     )
-    assert found(no_targets)[1] == _hard("gfx950", 7, 5, where="")
+    assert found(no_targets)[1] == _deepep(7, 12, "gfx950", "gfx942;gfx950", "'gfx950'")
 
 
 # --- the arch lists themselves -------------------------------------------------------------------------------

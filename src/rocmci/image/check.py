@@ -10,12 +10,10 @@ import re
 from dataclasses import dataclass
 
 from rocmci import arch as archmod
-from rocmci.findings import ERROR, Finding
+from rocmci.findings import ERROR, WARNING, Finding
+from rocmci.image import dockerflow as flowmod
 from rocmci.image import vllm_dockerfile as vd
 
-_GPU_TARGETS = re.compile(r"-DGPU_TARGETS=(\"[^\"]*\"|'[^']*'|\S+)")
-_ARCH_ASSIGN = re.compile(r"(?:\bexport\s+)?\bPYTORCH_ROCM_ARCH=(\"[^\"]*\"|'[^']*'|[^\s;&|]*)")
-_USES_ARCH_ARG = re.compile(r"\$\{?" + vd.ARCH_ARG + r"\b")
 # The name is taken whole (possessive), after a lookahead that finds FLAGS in it: '\w*FLAGS\w*' tried every
 # split of a long word holding FLAGS many times (quadratic: 'FLAGS' * 20,000 did not finish in 10 s).
 _FLAGS_ASSIGN = re.compile(r"\b(?=\w*FLAGS)(\w*+)=(\"[^\"]*\"|'[^']*'|\S+)")
@@ -31,6 +29,8 @@ class ArchRequest:
     vllm_archs: tuple[str, ...] | None = None
     vllm_origin: str | None = None
     vllm_where: tuple[str, int] | None = None  # file and line the vLLM list is written at
+    target: str = "ci_base"  # the stage whose build is followed
+    build_args: tuple[tuple[str, str], ...] = ()  # further --build-arg values, as given
 
 
 def _f(df: vd.VllmDockerfile, line: int, col: int, rule: str, message: str, fix: str) -> Finding:
@@ -41,103 +41,143 @@ def _unquote(value: str) -> str:
     return value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'" else value
 
 
-def rocshmem_targets(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
-    rule = "rocshmem-gpu-targets"
-    stage = df.stage(vd.ROCSHMEM_STAGE)
-    if stage is None:
-        return [_f(df, 1, 1, rule, f"no {vd.ROCSHMEM_STAGE} stage: nothing builds rocSHMEM", "restore the stage")]
-    run = next((r for r in stage.runs() if "all_backends" in r.original or "GPU_TARGETS" in r.original), None)
-    if run is None:
-        return [
-            _f(df, stage.line, 1, rule, f"{vd.ROCSHMEM_STAGE} never runs rocSHMEM's all_backends build", "restore it")
-        ]
-    body = run.value[0] if run.value else ""
-    m = _GPU_TARGETS.search(body)
-    fix = f'pass -DGPU_TARGETS="${{{vd.ARCH_ARG}}}" to all_backends'
-    if m is None:
-        line, col = df.find(run, "all_backends")
-        return [_f(df, line, col, rule, "rocSHMEM is built without -DGPU_TARGETS: the arch list never reaches it", fix)]
-    line, col = df.find(run, "-DGPU_TARGETS=")
-    value = _unquote(m.group(1))
-    if not _USES_ARCH_ARG.search(value):
-        return [
-            _f(df, line, col, rule, f"rocSHMEM's -DGPU_TARGETS is hard-coded to {value!r}, not {vd.ARCH_ARG}", fix)
-        ]
-    if df.arg_in_scope(stage, vd.ARCH_ARG) is None:
-        return [
-            _f(
-                df, line, col, rule,
-                f"{vd.ARCH_ARG} is not declared in {vd.ROCSHMEM_STAGE}, so -DGPU_TARGETS expands to nothing",
-                f'declare ARG {vd.ARCH_ARG}="gfx942;gfx950" in {vd.ROCSHMEM_STAGE}',
+def _flow(df: vd.VllmDockerfile, req: ArchRequest) -> flowmod.Flow:
+    """The build followed once per (file, request): both flow rules read the same result."""
+    # The cache holds the file itself, so that `is` (not an id a freed object's successor may reuse) decides.
+    if _FLOW_CACHE.get("df") is not df or _FLOW_CACHE.get("req") != req:
+        args = {vd.ARCH_ARG: archmod.canonical(req.archs), "REMOTE_VLLM": "0", **dict(req.build_args)}
+        if req.vllm_archs is not None:
+            args[vd.VLLM_ARCH_ARG] = archmod.canonical(req.vllm_archs)
+        _FLOW_CACHE.update(df=df, req=req, flow=flowmod.follow(df, req.target, args))
+    return _FLOW_CACHE["flow"]
+
+
+_FLOW_CACHE: dict = {}
+
+
+def _find(where, rule: str, severity: str, message: str, fix: str) -> Finding:
+    """A finding at a value's, a call's or a problem's place (file, line, col)."""
+    return Finding(where.file, max(where.line, 1), max(where.col, 1), rule, severity, message, fix=fix)
+
+
+class _Place:
+    def __init__(self, file: str, line: int, col: int = 1) -> None:
+        self.file, self.line, self.col = file, line, col
+
+
+def _judge(df: vd.VllmDockerfile, req: ArchRequest, kind: str) -> list[Finding]:
+    flow = _flow(df, req)
+    rule = "deepep-arch-source" if kind == "deepep" else "rocshmem-gpu-targets"
+    what = "DeepEP's setup.py" if kind == "deepep" else "rocSHMEM's all_backends"
+    stage_name = vd.DEEPEP_STAGE if kind == "deepep" else vd.ROCSHMEM_STAGE
+    # DeepEP keeps only the archs it supports (its setup.py filters); asking for others is deepep-unsupported-arch.
+    want = archmod.canonical([a for a in req.archs if a in archmod.DEEPEP_ARCHS] if kind == "deepep" else req.archs)
+    fix = (f'export PYTORCH_ROCM_ARCH="${{{vd.ARCH_ARG}}}" before DeepEP\'s setup.py (it reads only PYTORCH_ROCM_ARCH)'
+           if kind == "deepep" else f'pass -DGPU_TARGETS="${{{vd.ARCH_ARG}}}" to rocSHMEM\'s all_backends')  # fmt: skip
+    if not want:
+        return []  # nothing DeepEP can build was asked for: deepep-unsupported-arch is the finding
+    calls = [c for c in flow.calls if c.kind == kind]
+    var = "PYTORCH_ROCM_ARCH" if kind == "deepep" else "-DGPU_TARGETS"
+    out: list[Finding] = []
+    if not calls:
+        if stage_name not in flow.stages and not any(df.stage(n) is None for n in [stage_name]):
+            return []  # the target builds no DeepEP/rocSHMEM: nothing to judge
+        stage = df.stage(stage_name)
+        warned = [p for p in flow.problems if p.severity == "warning"]
+        line = stage.line if stage else 1
+        if warned or any(p.severity == ERROR for p in flow.problems):
+            return []  # a RUN that fails for certain is the finding; one not followed may be the build
+        return [_find(_Place(df.display, line), rule, ERROR, f"{req.target} builds no {what}: the stages it installs "
+                      f"({', '.join(flow.stages) or 'none'}) never run it", "restore the build step")]  # fmt: skip
+    for call in calls:
+        val = call.value
+        if val is None:
+            out.append(_find(call, rule, ERROR,
+                             f"rocSHMEM is built without -DGPU_TARGETS (stage {call.stage}): the arch list never "
+                             "reaches it", fix))  # fmt: skip
+            continue
+        if val.text is None:
+            out.append(_find(call, "arch-flow-unfollowed", WARNING,
+                             f"{what} in stage {call.stage}: its arch list cannot be known before the build "
+                             f"({val.why}); the DeepEP check after the build decides", fix))  # fmt: skip
+            continue
+        at = call if val.file == "--build-arg" or val.line <= 0 else val
+        origin = "the build argument" if val.file == "--build-arg" else f"{val.file}:{val.line}"
+        if kind == "deepep":
+            got = flowmod.deepep_effective(val.text)
+            if got is None:
+                out.append(_find(at, rule, ERROR,
+                                 f"DeepEP's PYTORCH_ROCM_ARCH is {val.text!r} (set at {origin}): DeepEP's setup.py "
+                                 "keeps none of it and the build fails", fix))  # fmt: skip
+                continue
+            shown = repr(val.text) if val.text.strip() else "empty (setup.py's default gfx942;gfx950)"
+        else:
+            if not val.text.strip():
+                out.append(_find(at, rule, ERROR,
+                                 f"rocSHMEM's -DGPU_TARGETS is empty (from {origin}, stage {call.stage}): "
+                                 f"{vd.ARCH_ARG} is not set there, and the arch list never reaches rocSHMEM", fix))
+                continue
+            try:
+                got = archmod.parse_arch_list(val.text, what="-DGPU_TARGETS")
+            except Exception:  # noqa: BLE001 (a UsageError: not an arch list)
+                out.append(
+                    _find(
+                        at,
+                        rule,
+                        ERROR,
+                        f"rocSHMEM's -DGPU_TARGETS is {val.text!r} (set at {origin}), not an arch list",
+                        fix,
+                    )
+                )
+                continue
+            shown = repr(val.text)
+        if archmod.canonical(got) != want:
+            out.append(
+                _find(
+                    at,
+                    rule,
+                    ERROR,
+                    f"{what} (stage {call.stage}, {call.file}:{call.line}) builds for "
+                    f"{archmod.canonical(got)}, "
+                    f"not the requested {want}: {var} is {shown} (from {origin})",
+                    fix,
+                )
             )
-        ]
-    return []
+    return out
+
+
+def rocshmem_targets(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
+    return _judge(df, req, "rocshmem")
 
 
 def deepep_arch_source(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
-    rule = "deepep-arch-source"
-    stage = df.stage(vd.DEEPEP_STAGE)
-    if stage is None:
-        return [_f(df, 1, 1, rule, f"no {vd.DEEPEP_STAGE} stage: nothing builds DeepEP", "restore the stage")]
-    call = vd.deepep_setup_call(df)
-    if call is None:
-        return [_f(df, stage.line, 1, rule, f"{vd.DEEPEP_STAGE} never runs DeepEP's setup.py", "restore it")]
-    fix = f'export PYTORCH_ROCM_ARCH="${{{vd.ARCH_ARG}}}" (DeepEP\'s setup.py reads only PYTORCH_ROCM_ARCH)'
-    body = call.instruction.value[0] if call.instruction.value else ""
-    # Every assignment before setup.py counts, not the first: `export ...=${DEEPEP_ROCM_ARCH}` followed by
-    # `PYTORCH_ROCM_ARCH=gfx942 python3 setup.py` builds gfx942 only. The first hard-coded one is the finding.
-    cut = body.find("setup.py")
-    assigns = [a for a in _ARCH_ASSIGN.finditer(body) if cut < 0 or a.start() < cut]
-    m = next((a for a in assigns if not _USES_ARCH_ARG.search(_unquote(a.group(1)))), None)
-    m = m or (assigns[-1] if assigns else None)
-    if m is not None:
-        line, col = df.find(call.instruction, m.group(0))
-        value = _unquote(m.group(1))
-    else:
-        env = _nearest_env(df, stage, "PYTORCH_ROCM_ARCH")
-        if env is None:
-            return [
-                _f(
-                    df, call.line, 1, rule,
-                    f"DeepEP's PYTORCH_ROCM_ARCH is not set from {vd.ARCH_ARG}: it is whatever the base image has",
-                    fix,
-                )
-            ]
-        line, col, value = env
-    if not _USES_ARCH_ARG.search(value):
-        ros = next((r for r in (df.stage(vd.ROCSHMEM_STAGE) or stage).runs() if "GPU_TARGETS" in r.original), None)
-        where = f" (line {df.find(ros, '-DGPU_TARGETS=')[0]})" if ros else ""
-        return [
-            _f(
-                df, line, col, rule,
-                f"DeepEP's PYTORCH_ROCM_ARCH is {value!r}, not {vd.ARCH_ARG}: an arch list given to the build "
-                f"reaches rocSHMEM's -DGPU_TARGETS{where} only, and DeepEP is still built for {value!r}",
-                fix,
-            )
-        ]
-    if df.arg_in_scope(stage, vd.ARCH_ARG) is None:
-        return [
-            _f(
-                df, line, col, rule,
-                f"{vd.ARCH_ARG} is not declared in {vd.DEEPEP_STAGE} or a stage it is built FROM: "
-                "PYTORCH_ROCM_ARCH would be empty and DeepEP would build its own default",
-                f"declare ARG {vd.ARCH_ARG} in {vd.DEEPEP_STAGE}",
-            )
-        ]
-    return []
+    return _judge(df, req, "deepep")
 
 
-def _nearest_env(df: vd.VllmDockerfile, stage: vd.Stage, name: str) -> tuple[int, int, str] | None:
-    """Where the ENV that sets `name` last in the stage or a stage it is built FROM (nearest first) is, and the
-    value it sets: that one value unquoted, not the rest of its line (`ENV A=x OTHER=1` sets x)."""
-    whole = re.compile(rf"\b{name}(?=[=\s])")  # not OLD_{name}=, another variable on the same line
-    for s in df.ancestors(stage):
-        for ins in reversed(s.instructions):
-            # ENV's words are name, value pairs (either form, `A=x` or `A x`); a later pair wins, as in Docker.
-            pairs = dict(zip(ins.value[::2], ins.value[1::2], strict=False)) if ins.cmd == "ENV" else {}
-            if name in pairs:
-                return (*df.find(ins, whole), _unquote(pairs[name]))
-    return None
+def flow_problems(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
+    """Where the build fails for certain (a bash-only expansion under dash) or cannot be followed."""
+    seen: set[tuple] = set()
+    out = []
+    flow = _flow(df, req)
+    # A step it cannot follow matters where it could change a list: in a stage that runs a build (or one it
+    # is built FROM), or anywhere when a build was not found at all.
+    builders = {c.stage for c in flow.calls} | {n for n in (vd.DEEPEP_STAGE, vd.ROCSHMEM_STAGE) if n in flow.stages}
+    relevant = {s.name for n in builders for s in df.ancestors(df.stage(n))} if builders else None
+    for p in flow.problems:
+        if p.severity != ERROR and relevant is not None and p.stage not in relevant:
+            continue
+        key = (p.file, p.line, p.message)
+        if key in seen:
+            continue
+        seen.add(key)
+        rule = "shell-bad-substitution" if p.severity == ERROR else "arch-flow-unfollowed"
+        fix = (
+            'under the default SHELL /bin/sh (dash) use POSIX expansions, or SHELL ["/bin/bash", "-c"]'
+            if p.severity == ERROR
+            else "the DeepEP check after the build decides; `rocmci image.build` runs it"
+        )
+        out.append(_find(p, rule, p.severity, p.message, fix))
+    return out
 
 
 def deepep_supported(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
@@ -150,7 +190,10 @@ def deepep_supported(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
     supported = ", ".join(archmod.describe(a) for a in archmod.DEEPEP_ARCHS)
     return [
         _f(
-            df, line, 1, "deepep-unsupported-arch",
+            df,
+            line,
+            1,
+            "deepep-unsupported-arch",
             f"{req.archs_origin} asks DeepEP for {', '.join(archmod.describe(a) for a in unsupported)}; "
             f"DeepEP builds only {supported} (source: {archmod.DEEPEP_ARCHS_SOURCE})",
             f"drop {', '.join(unsupported)} from the DeepEP list",
@@ -170,7 +213,10 @@ def vllm_superset(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
         decl = next(iter(df.declarations(vd.VLLM_ARCH_ARG)), None)
         file, line = df.display, decl.line if decl else 1
     finding = _f(
-        df, line, 1, "vllm-arch-superset",
+        df,
+        line,
+        1,
+        "vllm-arch-superset",
         f"vLLM is built for {archmod.canonical(req.vllm_archs)} ({req.vllm_origin}), which lacks "
         f"{', '.join(missing)} that DeepEP is built for: vLLM's own kernels would be missing there",
         f"add {', '.join(missing)} to vLLM's list (--vllm-arch, or PYTORCH_ROCM_ARCH in {vd.BAKE_FILE})",
@@ -194,7 +240,10 @@ def offload_arch(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
                     line, col = df.find(ins, f"{m.group(1)}=")
                     out.append(
                         _f(
-                            df, line, col, "offload-arch-multi",
+                            df,
+                            line,
+                            col,
+                            "offload-arch-multi",
                             f"{m.group(1)} names {len(targets)} archs in one --offload-arch ({', '.join(targets)}); "
                             "an --offload-arch flag takes one arch",
                             f"drop --offload-arch from {m.group(1)}: DeepEP's setup.py adds one per arch "
@@ -205,7 +254,7 @@ def offload_arch(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
     return out
 
 
-RULES = (rocshmem_targets, deepep_arch_source, deepep_supported, vllm_superset, offload_arch)
+RULES = (rocshmem_targets, deepep_arch_source, flow_problems, deepep_supported, vllm_superset, offload_arch)
 # A different list only matters when it can reach both builds; these rules say it cannot.
 FLOW_RULES = ("rocshmem-gpu-targets", "deepep-arch-source")
 
@@ -216,6 +265,13 @@ def check(df: vd.VllmDockerfile, req: ArchRequest) -> list[Finding]:
 
 def summary(df: vd.VllmDockerfile, req: ArchRequest) -> str:
     vllm = f"; vLLM's {archmod.canonical(req.vllm_archs)} covers it" if req.vllm_archs else ""
+    warned = [f for f in check(df, req) if f.severity == WARNING]
+    if warned:
+        return (
+            f"{df.display}: no error, but {len(warned)} step(s) the check cannot follow (the warnings above): "
+            f"whether {vd.ARCH_ARG}={archmod.canonical(req.archs)} reaches them is for the DeepEP check after "
+            "the build (`rocmci image.build` runs it)"
+        )
     return (
         f"{df.display}: arch flow whole: {vd.ARCH_ARG}={archmod.canonical(req.archs)} reaches rocSHMEM "
         f"(-DGPU_TARGETS) and DeepEP (PYTORCH_ROCM_ARCH){vllm}"

@@ -15,6 +15,7 @@ from pathlib import Path
 from rocmci import arch as archmod
 from rocmci import labels as label
 from rocmci.errors import FindingsError, UsageError
+from rocmci.findings import ERROR
 from rocmci.image import check as checkmod
 from rocmci.image import plan as planmod
 from rocmci.image import retarget as retargetmod
@@ -82,9 +83,15 @@ def arch_request(s, co: Checkout) -> checkmod.ArchRequest:
     return checkmod.ArchRequest(archs, origin, vllm_archs, s.origin("vllm_arch"), where)
 
 
-def run_check(s) -> tuple[Checkout, checkmod.ArchRequest, list[checkmod.Finding]]:
+def run_check(
+    s, target: str = "ci_base", build_args: dict[str, str] | None = None
+) -> tuple[Checkout, checkmod.ArchRequest, list[checkmod.Finding]]:
+    """The arch check, following the stages `target` builds (test: the ci_base it is built on)."""
+    from dataclasses import replace
+
     co = checkout(s)
-    req = arch_request(s, co)
+    followed = "ci_base" if target == "test" else target
+    req = replace(arch_request(s, co), target=followed, build_args=tuple(sorted((build_args or {}).items())))
     return co, req, checkmod.check(co.dockerfile, req)
 
 
@@ -95,15 +102,11 @@ LIST_RULES = ("deepep-unsupported-arch", "vllm-arch-superset")
 def refusal(
     co: Checkout, req: checkmod.ArchRequest, findings: list[checkmod.Finding]
 ) -> FindingsError | UsageError | None:
-    """Why a build must not start: a finding other than the flow ones, or a flow one with a non-default list.
-
-    With the file's own default list the unfixed flow builds what vLLM builds; any other list would
-    silently give DeepEP a different arch list than rocSHMEM. Only findings about the requested lists
-    make it a usage error; a finding in the file is exit 1, like `image.check`.
+    """Why a build must not start: an error finding (a warning is a step the check could not follow; the
+    DeepEP check after the build decides those). Only findings about the requested lists make it a usage
+    error; a finding in the file is exit 1, like `image.check`.
     """
-    decl = co.dockerfile.arg(vd.ARCH_ARG)
-    default = archmod.parse_arch_list(decl.default) if decl and decl.default else None
-    blocking = [f for f in findings if f.rule not in checkmod.FLOW_RULES or req.archs != default]
+    blocking = [f for f in findings if f.severity == ERROR]
     if not blocking:
         return None
     first = blocking[0]
@@ -111,7 +114,7 @@ def refusal(
     kind = UsageError if all(f.rule in LIST_RULES for f in blocking) else FindingsError
     return kind(
         f"refusing to build for {archmod.canonical(req.archs)}: {first.text()}{more}",
-        hint=f"fix: {first.fix}; `invoke image.check` lists every finding",
+        hint=f"fix: {first.fix}; `rocmci image.check` lists every finding",
     )
 
 

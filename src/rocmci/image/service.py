@@ -47,16 +47,17 @@ def check(v) -> int:
     from rocmci.image import requests
 
     co, req, findings = requests.run_check(_settings(v, vllm_arch=v.vllm_arch))
+    errors = [f for f in findings if f.severity == "error"]  # a warning: a step not followed (exit 0)
     if v.json:
-        print(to_json({"file": str(co.dockerfile.path), "archs": list(req.archs), "ok": not findings,
+        print(to_json({"file": str(co.dockerfile.path), "archs": list(req.archs), "ok": not errors,
                        "findings": [f.as_dict() for f in findings]}))  # fmt: skip
     else:  # through the findings renderer: fitted to a terminal, escaped, one line each elsewhere
         from rocmci.report_findings import print_findings_and_line
 
-        closing = (f"{plural(len(findings), 'error')} in the arch flow of {co.dockerfile.path}" if findings
+        closing = (f"{plural(len(errors), 'error')} in the arch flow of {co.dockerfile.path}" if errors
                    else checkmod.summary(co.dockerfile, req))  # fmt: skip
         print_findings_and_line(findings, closing)
-    return 1 if findings else 0
+    return 1 if errors else 0
 
 
 def build(v) -> int:
@@ -65,7 +66,6 @@ def build(v) -> int:
     from rocmci import arch as archmod
     from rocmci.engine import Engine
     from rocmci.errors import EngineError
-    from rocmci.findings import WARNING
     from rocmci.image import check as checkmod
     from rocmci.image import evidence, requests
     from rocmci.image import plan as planmod
@@ -87,15 +87,15 @@ def build(v) -> int:
     )  # fmt: skip
     if deepep:
         archmod.require_deepep_support(archs)
-    co, req, findings = requests.run_check(s)
+    co, req, findings = requests.run_check(s, v.target)
     if deepep:
         refused = requests.refusal(co, req, findings)
         if refused:
             if refused.exit_code == 1:  # findings in the file: show them all, as image.check would
                 eprint(checkmod.render(findings))
             raise refused
-        for f in findings:  # the file's own list builds what vLLM builds: a warning, not an error
-            eprint(f"{f._replace(severity=WARNING).text()} (building the file's default list, as vLLM does)")
+        for f in findings:  # warnings only: steps the check could not follow; the DeepEP check decides
+            eprint(f.text())
     extra_args = requests.extra_build_args(co.dockerfile, v.build_arg)
     engine = Engine(s.docker)
     notes: list[str] = []
