@@ -111,7 +111,7 @@ def refusal(
     kind = UsageError if all(f.rule in LIST_RULES for f in blocking) else FindingsError
     return kind(
         f"refusing to build for {archmod.canonical(req.archs)}: {first.text()}{more}",
-        hint=f"fix: {first.fix}; `invoke image.check` lists every finding",
+        hint=f"fix: {first.fix}; `rocmci image.check` lists every finding",
     )
 
 
@@ -333,7 +333,7 @@ def retarget_request(
             raise UsageError(
                 f"{from_image} has vLLM kernels for {archmod.canonical(have)} (label {vllm[1]}), not for "
                 f"{', '.join(lacking)}: DeepEP rebuilt for it would sit beside a vLLM that cannot run there",
-                hint="retarget an image whose vLLM list covers it, or build one with `invoke image.build --arch`",
+                hint="retarget an image whose vLLM list covers it, or build one with `rocmci image.build --arch`",
             )
     elif labels or from_labels is not None:
         notes.append(f"{from_image} has no vLLM arch label ({', '.join(VLLM_ARCH_LABELS)}): its kernels' "

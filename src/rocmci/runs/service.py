@@ -385,7 +385,8 @@ def step(v) -> int:
     from rocmci.errors import UsageError
 
     if not v.step or not v.step.strip():
-        raise UsageError("run.step needs --step LABEL", hint="e.g. --step 'Basic Correctness' (see pipeline.plan)")
+        hint = "e.g. `rocmci run.step 'Basic Correctness'` (`rocmci pipeline.plan` lists them)"
+        raise UsageError("run.step needs a step", hint=hint)
     if v.build_id and v.image:
         raise UsageError("--build-id and --image both name the image", hint="give one of them")
     s = settingsmod.resolve(flags={"image": v.image, "vllm_src": v.vllm_src, "mirror_hw": v.mirror_hw})
