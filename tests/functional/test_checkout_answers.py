@@ -58,6 +58,11 @@ def test_plan_with_run_all_says_what_still_waits_and_why(checkout):
     assert "run_all: RUN_ALL=1 was set" in env.stdout and "--run-all" not in env.stdout.splitlines()[0]
     assert env.stdout.splitlines()[0].startswith("57 of 190 steps run")
 
+    label = rocmci("pipeline.plan", "--label", "ready-run-all-tests", cwd=checkout)
+    assert label.stdout.splitlines()[0].endswith(
+        "not on amdproduction: the PR has the label ready-run-all-tests, every step on amdproduction runs"
+    )
+
     nightly = rocmci("pipeline.plan", "--run-all", "--nightly", cwd=checkout)
     assert nightly.stdout.splitlines()[0] == (
         "190 of 190 steps run, 0 wait behind a block step, 0 are not on amdproduction: --run-all was given, "
