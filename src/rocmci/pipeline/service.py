@@ -216,7 +216,8 @@ def plan_summary(
     head = (f"{counts['run']} of {total} steps run, {counts['blocked']} wait behind a block step, "
             f"{counts['skipped']} are not on {mirror}")  # fmt: skip
     if full:
-        why = next((r.split(": ", 1)[1] for r in decision.reasons if r.startswith(("nightly", "run_all")) and ": " in r), "")
+        told = [r for r in decision.reasons if r.startswith(("nightly", "run_all")) and ": " in r]
+        why = told[0].split(": ", 1)[1] if told else ""
         why = why or ("nightly" if decision.inputs.nightly == "1" else "run_all")
         if not counts["blocked"]:
             return f"{head}: {why}, every step on {mirror} runs"
