@@ -464,7 +464,7 @@ def _step_without_runner(v, chosen, opts, engine, registry, checkout) -> int:
     from rocmci.runs import steps as st
 
     why = "no vLLM checkout given" if checkout is None else f"the checkout has no {jobs.RUNNER}"
-    note = f"run.step: {why}; the step runs as rocmci's own docker run, not through vLLM's runner (README: Runs)"
+    note = f"run.step: {why}; the step runs as rocmci's own docker run, not through vLLM's runner (docs/runs.md)"
     workloads = st.workloads(chosen, v.parallel_job, host=opts.no_container)
     return _run(workloads, opts, registry, v.json, engine, (note,), v.pull)
 
