@@ -386,7 +386,7 @@ def step(v) -> int:
 
     if not v.step or not v.step.strip():
         hint = "e.g. `rocmci run.step 'Basic Correctness'` (`rocmci pipeline.plan` lists them)"
-        raise UsageError("run.step needs a step", hint=hint)
+        raise UsageError("run.step needs a step: its label, or --step LABEL", hint=hint)
     if v.build_id and v.image:
         raise UsageError("--build-id and --image both name the image", hint="give one of them")
     s = settingsmod.resolve(flags={"image": v.image, "vllm_src": v.vllm_src, "mirror_hw": v.mirror_hw})
