@@ -54,8 +54,8 @@ def user_facing_strings() -> list[tuple[str, int, str]]:
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
                 out.append((str(path.relative_to(REPO)), node.lineno, node.value))
-    for path in sorted((SRC / "data").rglob("*.yaml")):
-        for number, line in enumerate(path.read_text().splitlines(), 1):
+    for path in sorted(p for p in (SRC / "data").rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             out.append((str(path.relative_to(REPO)), number, line))
     return out
 
