@@ -57,7 +57,7 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.line(f"{count:4d} x {reason}", yellow=True)
         terminalreporter.line(
             f"{len(_skipped)} tests skipped (CI=true fails on any skip). To run them: a running Docker engine and "
-            "`bash .ci/base-images`, tmux, and ../shared/fixtures beside this checkout (README: On a fresh machine).",
+            "`bash .ci/base-images`, tmux, and ../shared/fixtures beside this checkout (docs/development.md).",
             red=True,
             bold=True,
         )

@@ -73,10 +73,10 @@ def engine_checks(engine, image_ref: str | None, want_buildkit: bool) -> list[Ch
     labels = engine.image_labels(image_ref) if image_ref else None
     if image_ref is None:
         checks.append(
-            Check("image", False, "no image configured", "set 'image' or build one with `invoke image.build`")
+            Check("image", False, "no image configured", "set 'image' or build one with `rocmci image.build`")
         )
     elif labels is None:
-        checks.append(Check("image", False, f"{image_ref} not found", "build it with `invoke image.build`"))
+        checks.append(Check("image", False, f"{image_ref} not found", "build it with `rocmci image.build`"))
     else:
         checks.append(Check("image", True, f"{image_ref}: archs {labels.get(label.ARCH, 'unlabelled')}"))
     return checks

@@ -1,8 +1,8 @@
 """`rocmci-validate FILE...`: the pre-commit hook for vLLM's repository (`.pre-commit-hooks.yaml`).
 
-Each file is generated in memory and validated like `invoke pipeline.validate --source FILE`. In a vLLM
+Each file is generated in memory and validated like `rocmci pipeline.validate --source FILE`. In a vLLM
 checkout the DeepEP arch list comes from the workspace's settings (vLLM's docker/Dockerfile.rocm, see
-`invoke settings`) and the pool inventory from the workspace's .buildkite/agents.yaml when it has one,
+`rocmci settings`) and the pool inventory from the workspace's .buildkite/agents.yaml when it has one,
 else from the copy packaged with rocmci. An edge like tasks.py: it parses arguments, and turns typed
 errors into one line and an exit code.
 """

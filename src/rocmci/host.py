@@ -69,10 +69,11 @@ def _fits(headers, rows, width: int) -> bool:
     return sum(natural) + GAP * (len(headers) - 1) <= width
 
 
-def _file_check(name: str, path: Path):
+def _file_check(name: str, path: Path, what: str = ""):
     from rocmci.doctor import Check
 
-    return Check(name, path.is_file(), str(path), f"create {path} or point the setting at one")
+    detail = f"{path} ({what})" if what.startswith("the packaged") else str(path)
+    return Check(name, path.is_file(), detail, f"create {path} or point the setting at one")
 
 
 def doctor(v) -> int:
@@ -98,8 +99,12 @@ def doctor(v) -> int:
         engine_ok = next(c.ok for c in checks if c.name == "docker engine")
         checks.append(doc.features_check(engine, Path(s.vllm_src) if s.vllm_src else None, engine_ok))
     checks.append(doc.disk_check(s.workspace))
-    checks.append(_file_check("step file", s.path("source")))
-    checks.append(_file_check("inventory", s.path("inventory")))
+    # the files the pipeline tasks would read, found as they find them (so doctor and the tasks agree)
+    from rocmci.pipeline.service import inventory_file, step_file
+
+    checks.append(_file_check("step file", step_file(s)[0]))
+    inventory, inventory_what = inventory_file(s)
+    checks.append(_file_check("inventory", inventory, inventory_what))
     if v.json:
         print(to_json([c.__dict__ for c in checks]))
     else:

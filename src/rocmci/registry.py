@@ -153,7 +153,8 @@ REGISTRY: tuple[Setting, ...] = (
         pattern_hint="an image reference; $VAR and ${VAR} are expanded by the agent, e.g. "
         "rocm/vllm-ci:build-$BUILDKITE_BUILD_ID",
     ),
-    Setting("source", "vLLM-style step file the pipeline is generated from", default=".buildkite/test-amd.yaml"),
+    Setting("source", "vLLM-style step file the pipeline is generated from (the default: in vllm_src when set)",
+            default=".buildkite/test-amd.yaml"),
     Setting("inventory", "agent pool inventory", default=".buildkite/agents.yaml"),
     Setting("workarounds", "registry of known workarounds", default="workarounds.yaml"),
     Setting(

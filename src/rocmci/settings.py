@@ -1,7 +1,7 @@
 """The settings registry (registry.py) resolved through one precedence chain.
 
 built-in default (or the Dockerfile's ARG default) < pyproject [tool.rocmci] < ROCMCI_<NAME> env < flag.
-Every resolved value remembers where it came from, so `invoke settings` can show it.
+Every resolved value remembers where it came from, so `rocmci settings` can show it.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def suggest(name: str, known: list[str] | None = None) -> str:
     choices = known if known is not None else list(BY_NAME)
     import difflib  # only when a name is unknown: its import is a cost on every start
     close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else "run `invoke settings` to list them"
+    return f"did you mean {close[0]!r}?" if close else "run `rocmci settings` to list them"
 
 
 def _unknown(name: str, where: str) -> UsageError:

@@ -101,8 +101,10 @@ def test_a_mistyped_step_gets_did_you_mean(tmp_path):
 
 def test_run_step_without_a_step_is_one_line(tmp_path):
     done = run_invoke("run.step", "--dry-run", cwd=tmp_path, env={"ROCMCI_RESULTS_DIR": str(tmp_path / "r")})
-    assert (done.returncode, done.stderr.splitlines()[0]) == (2, "rocmci: run.step needs --step LABEL. e.g. "
-                                                                 "--step 'Basic Correctness' (see pipeline.plan)")
+    assert (done.returncode, done.stderr.splitlines()[0]) == (
+        2, "rocmci: run.step needs a step: its label, or --step LABEL. e.g. `rocmci run.step 'Basic Correctness'` "
+        "(`rocmci pipeline.plan` lists them)"
+    )  # fmt: skip
 
 
 def test_part_of_a_label_picks_the_one_step_that_has_it_or_lists_them(generated):

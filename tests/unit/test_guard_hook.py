@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -73,7 +74,13 @@ def test_arch_reaches_the_deepep_rule(clean_env, capsys):
     shutil.copyfile(DATA / "invalid" / "deepep-wrong-arch.yaml", "s.yaml")
     assert hook.main(["--arch", "gfx942;gfx950", "s.yaml"]) == 1
     assert "but the image's DeepEP is built for gfx942;gfx950;" in capsys.readouterr().out
-    assert hook.main(["--arch", "gfx90a", "s.yaml"]) == 0
+    # DeepEP cannot be built for the MI250's gfx90a: that list is refused, as the image tasks refuse it
+    assert hook.main(["--arch", "gfx90a", "s.yaml"]) == 2
+    assert "DeepEP on ROCm cannot target gfx90a" in capsys.readouterr().err
+    Path("s.yaml").write_text(Path("s.yaml").read_text().replace("mi250_2", "mi355_2"))
+    assert hook.main(["--arch", "gfx942", "s.yaml"]) == 1
+    assert "but the image's DeepEP is built for gfx942;" in capsys.readouterr().out
+    assert hook.main(["--arch", "gfx950", "s.yaml"]) == 0
     assert capsys.readouterr().out == "s.yaml: 0 errors, 0 warnings in 5 generated steps\n"
 
 

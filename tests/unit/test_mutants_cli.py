@@ -125,7 +125,7 @@ def test_help_is_rocmcis_tasks_and_three_options(rocmci, argv):
     rows = _task_rows(out[len(HELP_HEAD):-len(HELP_OPTIONS)], "  ")
     assert tuple(rows) == TASK_NAMES
     assert rows["version"] == (
-        "Print rocmci's version (`invoke --version` prints invoke's own; `rocmci --version` rocmci's)."
+        "Print rocmci's version (the same as `rocmci --version`; invoke's own version flag prints invoke's)."
     )
     assert rows["pipeline.validate"].startswith("Validate: YAML and duplicate keys, Buildkite's schema")
 
@@ -190,7 +190,7 @@ def test_task_help_without_flags_has_no_flags_section(rocmci):
     assert (code, err) == (0, "")
     assert out == (
         "Usage: rocmci version\n\n"
-        "Print rocmci's version (`invoke --version` prints invoke's own; `rocmci --version` rocmci's).\n"
+        "Print rocmci's version (the same as `rocmci --version`; invoke's own version flag prints invoke's).\n"
     )
 
 

@@ -918,7 +918,7 @@ def test_the_verifiers_answer_decides_whether_a_retargeted_image_is_good():
         error = "no gfx950 code object" if "error" in stdout else None
         assert (bad.value.message, bad.value.hint) == (
             f"t:x was built but DeepEP does not check out: {error}",
-            "the image is left for inspection; see its labels with `invoke image.inspect`",
+            "the image is left for inspection; see its labels with `rocmci image.inspect`",
         )
 
 

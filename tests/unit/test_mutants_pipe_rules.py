@@ -267,11 +267,11 @@ def test_deepep_on_a_pool_of_another_arch_is_an_error_at_the_command():
         "- label: far\n  agents: {queue: far}\n  commands: [deepep_high_throughput]\n  timeout_in_minutes: 5\n"
         "- label: none\n  agents: {queue: amd_mi250_1}\n  commands: [pytest]\n  timeout_in_minutes: 5\n"
     )
-    tail = "but the image's DeepEP is built for gfx942;gfx950; move the step to a gfx942 or gfx950 pool or add the " \
-        "arch to DEEPEP_ROCM_ARCH"  # fmt: skip
+    tail = "but the image's DeepEP is built for gfx942;gfx950; move the step to a gfx942 or gfx950 pool"
     assert found(text, "deepep-arch") == [
-        f"p.yaml:4:20: error [deepep-arch] runs DeepEP on mi250_2 (gfx90a) {tail}",
-        f"p.yaml:8:14: error [deepep-arch] runs DeepEP on amd-cpu (no GPU) {tail}",
+        f"p.yaml:4:20: error [deepep-arch] runs DeepEP on mi250_2 (gfx90a) {tail} (DeepEP on ROCm cannot be built "
+        "for gfx90a)",
+        f"p.yaml:8:14: error [deepep-arch] runs DeepEP on amd-cpu (no GPU) {tail} (amd-cpu has no GPU)",
     ]
     # after steps it does not judge, on the pipeline's default queue
     later = (
@@ -281,7 +281,10 @@ def test_deepep_on_a_pool_of_another_arch_is_an_error_at_the_command():
         "- {label: ok, agents: {queue: amd_mi300_1}, command: deep_ep}\n"
         "- {label: default, command: deep_ep}\n"
     )
-    assert found(later, "deepep-arch") == [f"p.yaml:7:20: error [deepep-arch] runs DeepEP on mi250_2 (gfx90a) {tail}"]
+    assert found(later, "deepep-arch") == [
+        f"p.yaml:7:20: error [deepep-arch] runs DeepEP on mi250_2 (gfx90a) {tail} (DeepEP on ROCm cannot be built "
+        "for gfx90a)"
+    ]
 
 
 # --- interpolation and secrets ----------------------------------------------------------------------------

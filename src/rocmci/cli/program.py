@@ -34,6 +34,36 @@ INVOKE_OPTIONS = {
 }  # fmt: skip
 USAGE_EXIT = 2
 INTERRUPTED_EXIT = 130
+# A bare word after these tasks is the value of this flag, as people type it: `rocmci run.step LABEL`.
+BARE_VALUE = {"run.step": "step"}
+
+
+def with_bare_values(argv: list[str], contexts) -> list[str]:
+    """argv with `TASK WORD` written as `TASK --FLAG WORD` for the tasks of BARE_VALUE (one word each).
+
+    A word is bare when it is neither a task, a flag nor a flag's value; everything else is left as it
+    is, so an unknown flag, -h or a second word reaches the parser and its usual message.
+    """
+    out: list[str] = []
+    flag, given, wants_value = None, False, False
+    for i, token in enumerate(argv):
+        if token == "--":
+            return out + argv[i:]
+        if wants_value:
+            wants_value = False
+        elif token in contexts:
+            flag, given = BARE_VALUE.get(contexts[token].name), False
+            context = contexts[token]
+        elif token.startswith("-") and flag is not None:
+            arg = context.flags.get(token.split("=", 1)[0])
+            if arg is not None:
+                given = given or arg.name == flag
+                wants_value = arg.takes_value and "=" not in token
+        elif flag is not None and not given:
+            out.append(f"--{flag.replace('_', '-')}")
+            given = True
+        out.append(token)
+    return out
 
 
 def _program_class():
@@ -68,6 +98,7 @@ def _program_class():
                 raise Exit
 
         def parse_tasks(self) -> None:
+            self.core.unparsed = with_bare_values(self.core.unparsed, self._make_parser().contexts)
             try:
                 super().parse_tasks()
             except ParseError as exc:
@@ -117,7 +148,8 @@ def _program_class():
             context = self.parser.contexts[name]
             rows = [(option_spec(arg), arg.help or "") for arg in sorted(context.args.values(), key=sort_key)]
             doc = inspect.getdoc(self.collection[name]) or ""
-            parts = [f"Usage: rocmci {name}" + (" [flags]" if rows else ""), "", report.lines([doc])]
+            given = f" [{BARE_VALUE[name].upper()}]" if name in BARE_VALUE else ""
+            parts = [f"Usage: rocmci {name}{given}" + (" [flags]" if rows else ""), "", report.lines([doc])]
             if rows:
                 parts += ["", "Flags:", report.columns(rows, indent=2)]
             print("\n".join(parts))

@@ -28,7 +28,7 @@ def _pipeline(name: str, given: dict) -> None:
 
 @rocmci_task
 def version(c):
-    """Print rocmci's version (`invoke --version` prints invoke's own; `rocmci --version` rocmci's)."""
+    """Print rocmci's version (the same as `rocmci --version`; invoke's own version flag prints invoke's)."""
     given = dict(locals())  # the flags as received, before any import adds a name
     from rocmci import host
 

@@ -335,7 +335,7 @@ def retarget_request(
             raise UsageError(
                 f"{from_image} has vLLM kernels for {archmod.canonical(have)} (label {vllm[1]}), not for "
                 f"{', '.join(lacking)}: DeepEP rebuilt for it would sit beside a vLLM that cannot run there",
-                hint="retarget an image whose vLLM list covers it, or build one with `invoke image.build --arch`",
+                hint="retarget an image whose vLLM list covers it, or build one with `rocmci image.build --arch`",
             )
     elif labels or from_labels is not None:
         notes.append(f"{from_image} has no vLLM arch label ({', '.join(VLLM_ARCH_LABELS)}): its kernels' "

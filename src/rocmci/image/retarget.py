@@ -112,6 +112,6 @@ def check_verification(stdout: str, returncode: int, tag: str) -> dict:
     if returncode != 0 or not result.get("ok"):
         raise BuildError(
             f"{tag} was built but DeepEP does not check out: {result.get('error')}",
-            hint="the image is left for inspection; see its labels with `invoke image.inspect`",
+            hint="the image is left for inspection; see its labels with `rocmci image.inspect`",
         )
     return result

@@ -238,7 +238,7 @@ def inspect(v) -> int:
     ref = v.tag or configured_image(s)
     labels = Engine(s.docker).image_labels(ref)
     if labels is None:
-        raise UsageError(f"no image {ref} on this engine", hint="build it with `invoke image.build` or give --tag")
+        raise UsageError(f"no image {ref} on this engine", hint="build it with `rocmci image.build` or give --tag")
     if v.json:
         print(to_json({"image": ref, "labels": labels}))
         return 0

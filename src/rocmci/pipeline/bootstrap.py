@@ -74,8 +74,10 @@ class Request(NamedTuple):
     changed: Sequence[str] | None = ()  # None: the diff could not be computed (bootstrap then runs all)
     diff_problem: str = ""  # why it could not be (git's words), for the plan
     branch: str = ""
-    run_all: bool = False  # RUN_ALL=1 in the environment
-    nightly: bool = False  # NIGHTLY=1 (e.g. a scheduled build)
+    run_all: bool = False  # RUN_ALL=1 in the environment (or --run-all)
+    nightly: bool = False  # NIGHTLY=1 (e.g. a scheduled build; or --nightly)
+    run_all_why: str = "RUN_ALL=1 was set"  # how run_all was asked for, in the plan's words
+    nightly_why: str = "NIGHTLY=1 was set"
     labels: Sequence[str] = ()  # PR labels (bootstrap-amd.sh reads them on PR builds only: none elsewhere)
     pull_request: bool = False  # a PR build (BUILDKITE_PULL_REQUEST is a number): fail_fast is "true" only there
     pipeline_slug: str = ""
@@ -123,9 +125,9 @@ def decide(req: Request) -> Decision:
     reasons: list[str] = []
     run_all, nightly = req.run_all, req.nightly
     if run_all:
-        reasons.append("run_all: RUN_ALL=1 was set")
+        reasons.append(f"run_all: {req.run_all_why}")
     if nightly:
-        reasons.append("nightly: NIGHTLY=1 was set")
+        reasons.append(f"nightly: {req.nightly_why}")
     changed = [p.replace("\r", "") for p in (req.changed or ())]
     if req.changed is None:
         run_all = True

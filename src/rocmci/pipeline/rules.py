@@ -191,7 +191,7 @@ def dependency_cycles(p: Pipeline, ctx: Context) -> Iterator[Finding]:
                 trail.pop()
 
 
-_WELL_FORMED_POOL = re.compile(r"mi[1-9]\d{2}(?:_(\d+))?(?:_[a-z0-9]+)?")
+_WELL_FORMED_POOL = re.compile(r"mi[1-9]\d{2}[A-Za-z]?(?:_(\d+))?(?:_[a-z0-9]+)?")
 
 
 def _pool_distance(a: str, b: str) -> int:
@@ -205,7 +205,8 @@ def near_pools(name: str, known: list[str]) -> list[str]:
 
     A slip: another case (MI300_2), one character added, dropped, changed or swapped (mi30_2, m300_2),
     or a GPU count that no pool has because it is not a power of two (mi300_3). A well-formed name with
-    a power-of-two GPU count (mi400_8, mi300_16, mi355_dpx) may be a new pool, so it is not a slip.
+    a power-of-two GPU count (mi400_8, mi300_16, mi355_dpx, or a variant of a model: mi300X_1) may be a new
+    pool, so it is not a slip.
     """
     if name in known:
         return []
@@ -373,7 +374,10 @@ def deepep_arch(p: Pipeline, ctx: Context) -> Iterator[Finding]:
                 "deepep-arch",
                 ERROR,
                 f"runs DeepEP on {pool.name} ({where}) but the image's DeepEP is built for {built}; "
-                f"move the step to a {' or '.join(ctx.archs)} pool or add the arch to DEEPEP_ROCM_ARCH",
+                f"move the step to a {' or '.join(ctx.archs)} pool"
+                + (" or add the arch to DEEPEP_ROCM_ARCH" if pool.arch in archmod.DEEPEP_ARCHS
+                   else f" (DeepEP on ROCm cannot be built for {pool.arch})" if pool.arch
+                   else f" ({pool.name} has no GPU)"),
             )
 
 

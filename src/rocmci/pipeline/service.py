@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rocmci import yamldoc
-from rocmci.arch import parse_arch_list
+from rocmci.arch import parse_arch_list, require_deepep_support
 from rocmci.errors import InputError, UsageError
 from rocmci.files import read_lines
 from rocmci.heap import no_gc
@@ -45,23 +45,45 @@ def packaged_inventory() -> Path:
     return Path(__file__).resolve().parents[1] / "data" / "agents.yaml"
 
 
+def step_file(s: Settings, source_override: str | None = None) -> tuple[Path, str]:
+    """(the step file, where its path came from): --source, else the 'source' setting; its default
+    (.buildkite/test-amd.yaml) is read from the vLLM checkout (vllm_src, e.g. ROCMCI_VLLM_SRC) when there is one."""
+    if source_override:
+        return Path(os.path.realpath(source_override)), "--source"
+    if s.origin("source") == "default" and s.vllm_src:
+        where = f"setting 'source' (default, in the vLLM checkout of setting 'vllm_src' ({s.origin('vllm_src')}))"
+        return Path(os.path.realpath(Path(s.vllm_src) / s.source)), where
+    return s.path("source"), s.describe("source")
+
+
+def inventory_file(s: Settings) -> tuple[Path, str]:
+    """(the inventory, how messages name it): the 'inventory' setting, else the packaged one when the
+    default path has no file (a vLLM checkout has none)."""
+    if s.origin("inventory") == "default" and not os.path.lexists(s.path("inventory")):
+        return packaged_inventory(), "the packaged inventory"  # e.g. the pre-commit hook in another repository
+    return s.path("inventory"), s.describe("inventory")
+
+
 def inputs(s: Settings, source_override: str | None = None) -> Inputs:
     # realpath, not Path.resolve()/is_file(): a loop, a NUL or an over-long name reaches the file reader,
     # which names it (and the flag or setting) in one line.
-    src = Path(os.path.realpath(source_override)) if source_override else s.path("source")
-    inventory_path = s.path("inventory")
-    inventory_what = s.describe("inventory")
-    if s.origin("inventory") == "default" and not os.path.lexists(inventory_path):
-        inventory_path = packaged_inventory()  # e.g. the pre-commit hook in another repository
-        inventory_what = "the packaged inventory"
+    src, source_what = step_file(s, source_override)
+    inventory_path, inventory_what = inventory_file(s)
     return Inputs(
         source_path=src,
         source_name=display_name(src, s.workspace),
         inventory_path=inventory_path,
-        archs=parse_arch_list(s.require("arch"), what="arch list"),
-        source_what="--source" if source_override else s.describe("source"),
+        archs=_deepep_archs(s),
+        source_what=source_what,
         inventory_what=inventory_what,
     )
+
+
+def _deepep_archs(s: Settings) -> tuple[str, ...]:
+    """The image's DeepEP arch list, refused as the image tasks refuse it when DeepEP cannot be built for one."""
+    archs = parse_arch_list(s.require("arch"), what="arch list")
+    require_deepep_support(archs)
+    return archs
 
 
 def context(i: Inputs, workspace: Path) -> rules.Context:
@@ -108,8 +130,11 @@ def bootstrap_request(
         labels=pr_label_names,
         pull_request=pull_request,
         branch=s.branch or env.get("BUILDKITE_BRANCH", ""),
-        run_all=run_all,
-        nightly=nightly,
+        # bootstrap-amd.sh reads RUN_ALL and NIGHTLY from its environment ("1" turns them on); the flags do the same
+        run_all=run_all or env.get("RUN_ALL") == "1",
+        nightly=nightly or env.get("NIGHTLY") == "1",
+        run_all_why="--run-all was given" if run_all else "RUN_ALL=1 was set",
+        nightly_why="--nightly was given" if nightly else "NIGHTLY=1 was set",
         pipeline_slug=env.get("BUILDKITE_PIPELINE_SLUG", ""),
         mirror_hw=s.mirror_hw,
         base_refresh_skip=s.base_refresh_skip,
@@ -191,7 +216,14 @@ def plan_summary(
     head = (f"{counts['run']} of {total} steps run, {counts['blocked']} wait behind a block step, "
             f"{counts['skipped']} are not on {mirror}")  # fmt: skip
     if full:
-        return f"{head}: run_all or nightly, every step on {mirror} runs"
+        told = [r for r in decision.reasons if r.startswith(("nightly", "run_all")) and ": " in r]
+        why = told[0].split(": ", 1)[1] if told else ""
+        why = why or ("nightly" if decision.inputs.nightly == "1" else "run_all")
+        if not counts["blocked"]:
+            return f"{head}: {why}, every step on {mirror} runs"
+        # the template blocks an optional step unless nightly is 1: run_all alone leaves those waiting
+        return (f"{head}: {why}, every step on {mirror} runs except the {plural(counts['blocked'], 'optional step')}, "
+                "which wait unless nightly (--nightly)")  # fmt: skip
     if changed and not selected:
         return f"{head}: no step's source_file_dependencies match the {plural(changed, 'changed file')}"
     if not changed:

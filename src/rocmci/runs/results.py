@@ -316,7 +316,7 @@ TEARDOWN_EXPLANATION = (
     "**Crashed at teardown**: every test case passed, then the process died by a signal while exiting. "
     "That is the signature of the ROCm runtime's teardown crash (a use-after-free in the HSA runtime while "
     "rocprofiler-sdk is attached), not of a failing test. Its fix is ROCm/rocm-systems#6942; see "
-    "`invoke workarounds` for whether the workaround applies to this image."
+    "`rocmci workarounds` for whether the workaround applies to this image."
 )
 # Bounded as GitHub bounds them (owner 39 characters, repository 100): unbounded, the owner restarted after
 # every '-' of 'a-a-a...' and scanned to its end (quadratic: a 10^5-character test id did not finish in 10 s).

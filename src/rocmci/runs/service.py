@@ -382,7 +382,8 @@ def step(v) -> int:
     from rocmci.errors import UsageError
 
     if not v.step or not v.step.strip():
-        raise UsageError("run.step needs --step LABEL", hint="e.g. --step 'Basic Correctness' (see pipeline.plan)")
+        hint = "e.g. `rocmci run.step 'Basic Correctness'` (`rocmci pipeline.plan` lists them)"
+        raise UsageError("run.step needs a step: its label, or --step LABEL", hint=hint)
     if v.build_id and v.image:
         raise UsageError("--build-id and --image both name the image", hint="give one of them")
     s = settingsmod.resolve(flags={"image": v.image, "vllm_src": v.vllm_src, "mirror_hw": v.mirror_hw})
@@ -460,7 +461,7 @@ def _step_without_runner(v, chosen, opts, engine, registry, checkout) -> int:
     from rocmci.runs import steps as st
 
     why = "no vLLM checkout given" if checkout is None else f"the checkout has no {jobs.RUNNER}"
-    note = f"run.step: {why}; the step runs as rocmci's own docker run, not through vLLM's runner (README: Runs)"
+    note = f"run.step: {why}; the step runs as rocmci's own docker run, not through vLLM's runner (docs/runs.md)"
     workloads = st.workloads(chosen, v.parallel_job, host=opts.no_container)
     return _run(workloads, opts, registry, v.json, engine, (note,), v.pull)
 

@@ -190,7 +190,7 @@ def as_json(checks: list[Check]) -> list[dict]:
 
 
 def render(checks: list[Check], sources: Sources) -> str:
-    """Each workaround, its status and evidence, for people (`invoke workarounds`)."""
+    """Each workaround, its status and evidence, for people (`rocmci workarounds`)."""
     from rocmci import report
     from rocmci.runs.results import ref_url
 

@@ -230,7 +230,7 @@ def check_archs(gpus: Sequence[Gpu], image_archs: str | None, image: str, source
         if gpu.arch not in built:
             raise PreflightError(
                 f"GPU {gpu.index} is {archmod.describe(gpu.arch)} but image {image} is built for {image_archs}",
-                hint=f"build an image for it (`invoke image.build --arch native`) or pick GPUs of {image_archs}",
+                hint=f"build an image for it (`rocmci image.build --arch native`) or pick GPUs of {image_archs}",
             )
 
 
