@@ -120,7 +120,9 @@ def test_deepep_effective_matches_setup_py(vllm_fixtures):
 
 
 def test_large_dockerfile_is_linear(vllm_fixtures, tmp_path):
-    """100k lines (the real file plus many stages of ENV/RUN/ARG) check in well under a few seconds."""
+    """100k lines (the real file plus many stages of ENV/RUN/ARG) are checked right, and with no work that grows
+    with the square of the file: that would take minutes here. The bound is loose on purpose (the suite runs on
+    loaded machines); the speed itself is for benchmarks, not tests."""
     real = (vllm_fixtures / "docker" / "Dockerfile.rocm").read_text()
     filler = []
     for i in range(12_500):
@@ -144,7 +146,7 @@ def test_large_dockerfile_is_linear(vllm_fixtures, tmp_path):
     findings = checkmod.check(df, req)
     took = time.perf_counter() - t
     assert not [f for f in findings if f.severity == "error"]
-    assert took < 1.0, took  # measured 0.37 s here (BuildKit's parser, before, takes ~2 s of its own)
+    assert took < 20.0, took  # 0.37 s on an idle 2-CPU box
 
 
 def test_classic_builder_ends_args_buildkit_keeps_them(vllm_fixtures, tmp_path):
