@@ -78,12 +78,15 @@ def interrupts_deferred() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    from rocmci.errors import HANDLED
+
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in HANDLED}
     try:
         yield
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            if handler is not None:  # None: a handler set outside Python, which cannot be put back from here
+                signal.signal(sig, handler)
 
 
 def run_threads(
