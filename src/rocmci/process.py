@@ -89,6 +89,30 @@ def interrupts_deferred() -> Iterator[None]:
                 signal.signal(sig, handler)
 
 
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM, SIGHUP, ... while native code that calls back into Python runs (minijinja renders a
+    template in Rust and calls rocmci's finalizer): an exception raised inside such a callback becomes a Rust
+    panic, not the interrupt. The first signal that came is delivered again once the block ends, to the
+    handler that was in place; the block must be bounded (the render is, by its fuel).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from rocmci.errors import HANDLED
+
+    came: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: came.append(signum)) for sig in HANDLED}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+        if came:
+            signal.raise_signal(came[0])
+
+
 def run_threads(
     targets: Sequence[Callable[[], None]], running: Running, after_stop: float = THREADS_AFTER_STOP
 ) -> None:
@@ -239,3 +263,34 @@ def stream(
             _signal_group(pgid, signal.SIGKILL)
         reader.join(timeout=10)
     return Finished(proc.returncode, timed_out, time.monotonic() - t0, started)
+
+
+def run_captured(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    cwd: str | os.PathLike | None = None,
+    env: dict[str, str] | None = None,
+    input: str | None = None,  # noqa: A002 - subprocess.run's name
+) -> subprocess.CompletedProcess:
+    """subprocess.run(capture_output=True, text=True) that ends within `timeout` seconds whatever the child does.
+
+    subprocess.run kills only its child on timeout, then waits for the output pipes to close: a `git fetch`
+    whose transport helper or ssh still holds them waits for ever. Here the child leads a process group of
+    its own, and on timeout, Ctrl-C or any signal that unwinds rocmci the whole group is killed before
+    the pipes are read to their end. subprocess.TimeoutExpired propagates (the caller names what hung).
+    """
+    proc = subprocess.Popen(
+        list(argv), cwd=cwd, env=env, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(input, timeout=timeout)
+    except BaseException:  # TimeoutExpired, KeyboardInterrupt, errors.Signalled
+        _signal_group(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=WAIT_AFTER_STOP)  # every writer of the pipes is dead: they close now
+        raise
+    finally:
+        _signal_group(proc.pid, signal.SIGKILL)  # what the child left behind in its group goes with it
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

@@ -110,17 +110,17 @@ def build(v) -> int:
         for f in findings:  # the file's own list builds what vLLM builds: a warning, not an error
             eprint(f"{f._replace(severity=WARNING).text()} (building the file's default list, as vLLM does)")
     extra_args = requests.extra_build_args(co.dockerfile, v.build_arg)
-    engine = Engine(s.docker)
+    engine = Engine(s.docker, s.engine_timeout)
     notes: list[str] = []
     reachable = True
     try:
         engine.server_version()
-    except EngineError:
+    except EngineError as exc:
         if not v.dry_run:
             raise
         reachable = False
-        notes.append("the engine is not reachable: BuildKit features, BASE_IMAGE's digest and the builder "
-                     "were not checked")  # fmt: skip
+        notes.append(f"the engine is not reachable ({exc.message}): BuildKit features, BASE_IMAGE's digest and "
+                     "the builder were not checked")  # fmt: skip
     if reachable and v.target != "base":
         _require_features(engine, co.dockerfile, notes)
     if v.pull and not v.dry_run:
@@ -204,7 +204,7 @@ def retarget(v) -> int:
         raise UsageError("image.retarget needs --from IMAGE", hint="name a vLLM ROCm image, e.g. rocm/vllm-ci:<commit>")
     s = _settings(v, build_network=v.network)
     co = requests.checkout(s)
-    engine = Engine(s.docker)
+    engine = Engine(s.docker, s.engine_timeout)
     # The image's labels say which DeepEP and rocSHMEM it holds; a dry run reads them too when it can.
     try:
         attrs = engine.image_attrs(v.from_)
@@ -249,7 +249,7 @@ def inspect(v) -> int:
 
     s = settingsmod.resolve()
     ref = v.tag or configured_image(s)
-    labels = Engine(s.docker).image_labels(ref)
+    labels = Engine(s.docker, s.engine_timeout).image_labels(ref)
     if labels is None:
         raise UsageError(f"no image {ref} on this engine", hint="build it with `invoke image.build` or give --tag")
     if v.json:

@@ -205,7 +205,7 @@ def _setup(v, native: bool = False):
 
     s = settingsmod.resolve(flags={"image": v.image, "vllm_src": v.vllm_src})
     opts = run_options(v, s, native)
-    return s, opts, Engine(s.docker), _registry(s)
+    return s, opts, Engine(s.docker, s.engine_timeout), _registry(s)
 
 
 def _ensure_image(engine, opts, pull: bool) -> list[str]:
@@ -340,7 +340,7 @@ def workarounds(v) -> int:
     if v.image:
         from rocmci.engine import Engine
 
-        labels = Engine(s.docker).image_labels(v.image)
+        labels = Engine(s.docker, s.engine_timeout).image_labels(v.image)
         if labels is None:
             raise UsageError(f"no image {v.image} on this engine", hint="build it or name another tag")
     sources = wa.Sources(vllm_src=_vllm_src(s), image=v.image, labels=labels)
@@ -426,7 +426,7 @@ def prepare_step(v, s, checkout: Path | None = None):
 
     chosen = find_step(load_step_file(v, s), v.step, s)
     opts = run_options(v, s, native=chosen.native)
-    engine, registry = Engine(s.docker), _registry(s)
+    engine, registry = Engine(s.docker, s.engine_timeout), _registry(s)
     checkout = checkout or _vllm_src(s)
     if checkout is None or jobs.runner_of(checkout) is None:
         return _step_without_runner(v, chosen, opts, engine, registry, checkout)
@@ -518,7 +518,7 @@ def bisect(v) -> int:
     good, bad = br.resolve(checkout, v.good, "--good"), br.resolve(checkout, v.bad, "--bad")
     commits = br.candidates(checkout, good, bad)
     repo = br.image_repo(checkout)
-    engine = Engine(s.docker)
+    engine = Engine(s.docker, s.engine_timeout)
     results = results_dir(s)
     key = {"step": v.step, "good": good, "bad": bad, "repeat": v.repeat, "k": v.k or "", "repo": repo}
     log = br.Log.for_run(results, key)
