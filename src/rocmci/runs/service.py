@@ -31,7 +31,22 @@ def results_dir(s) -> Path:
             f"setting 'results_dir' is empty ({s.origin('results_dir')})",
             hint="name a folder for logs and JUnit XML, e.g. ROCMCI_RESULTS_DIR=results",
         )
-    return s.path("results_dir")
+    folder = s.path("results_dir")
+    # The folder is mounted read-write into every workload container: never the workspace, the checkout, the
+    # home folder or a folder holding one of them (`.`, `./`, `..`, `~`, `/`), which a workload could rewrite.
+    guarded = {"the workspace": s.workspace, "your home folder": Path.home()}
+    if s.vllm_src:
+        guarded["the vLLM checkout"] = s.path("vllm_src")
+    for what, where in guarded.items():
+        real = Path(os.path.realpath(where))
+        if folder == real or folder in real.parents:
+            holds = "is" if folder == real else "holds"
+            raise UsageError(
+                f"setting 'results_dir' ({s.origin('results_dir')}) {holds} {what} ({folder}): it is mounted "
+                "read-write into workload containers",
+                hint="name a folder of its own for logs and JUnit XML, e.g. ROCMCI_RESULTS_DIR=results",
+            )
+    return folder
 
 
 def run_image(v, s, native: bool = False) -> str:
