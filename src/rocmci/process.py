@@ -23,6 +23,35 @@ WAIT_AFTER_STOP = 30.0  # for the child to exit once it was asked to stop
 THREADS_AFTER_STOP = 15.0  # for worker threads to finish their clean-up once everything was stopped
 
 
+# Linux's limit on one argument or one NAME=value environment string of execve (MAX_ARG_STRLEN, 32 pages):
+# past it execve fails with E2BIG ("Argument list too long") however small the rest is.
+MAX_ARG_BYTES = 131072
+
+
+def check_exec_sizes(argv: Sequence[str], env: dict[str, str] | None = None) -> None:
+    """Refuse, before anything starts, a child whose argument or environment string execve would refuse (E2BIG):
+    a step of thousands of commands is one `bash -c` word. One line naming the word, its size and the limit."""
+    from rocmci.errors import UsageError
+
+    def size(text: str) -> int:
+        return len(text.encode("utf-8", "surrogateescape")) + 1  # with its NUL
+
+    for index, word in enumerate(argv):
+        if size(word) > MAX_ARG_BYTES:
+            raise UsageError(
+                f"argument {index} of `{os.path.basename(str(argv[0]))}` is {size(word):,} bytes; Linux takes at most "
+                f"{MAX_ARG_BYTES:,} bytes in one argument (MAX_ARG_STRLEN)",
+                hint="split the step's commands into several steps, or put them in a script the step runs",
+            )
+    for name, value in (env or {}).items():
+        if size(f"{name}={value}") > MAX_ARG_BYTES:
+            raise UsageError(
+                f"environment variable {name} is {size(value):,} bytes; Linux takes at most {MAX_ARG_BYTES:,} bytes "
+                "in one NAME=value string (MAX_ARG_STRLEN)",
+                hint="split the step's commands into several steps, or put them in a script the step runs",
+            )
+
+
 @dataclass(frozen=True)
 class Finished:
     returncode: int
@@ -214,6 +243,7 @@ def stream(
     running: where the caller's interrupt handler finds how to stop it.
     OSError from starting the child (no such program or folder) propagates: the caller names it.
     """
+    check_exec_sizes(argv, env)
     started = time.time()
     t0 = time.monotonic()
     proc = subprocess.Popen(
@@ -280,6 +310,7 @@ def run_captured(
     its own, and on timeout, Ctrl-C or any signal that unwinds rocmci the whole group is killed before
     the pipes are read to their end. subprocess.TimeoutExpired propagates (the caller names what hung).
     """
+    check_exec_sizes(argv, env)
     proc = subprocess.Popen(
         list(argv), cwd=cwd, env=env, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,

@@ -67,3 +67,40 @@ def test_a_registry_host_may_be_upper_case(vllm_docker_tree):
     assert "upper case" not in done.stderr
 
 
+
+
+# --- a step too long for one argument of execve (MAX_ARG_STRLEN) --------------------------------------------
+
+
+def _big_step_file(tmp_path: Path, commands: int) -> Path:
+    lines = ["steps:", "- label: Big", "  timeout_in_minutes: 10", "  mirror_hardwares: [amdproduction]",
+             "  agent_pool: mi325_1", "  source_file_dependencies: [vllm/]", "  commands:"]  # fmt: skip
+    lines += [f"  - echo step-{i} with some words to make it long enough" for i in range(commands)]
+    path = tmp_path / "steps.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_step_past_the_argument_limit_is_a_finding_at_its_line(tmp_path):
+    steps = _big_step_file(tmp_path, 8000)
+    done = _run(["pipeline.validate", "--source", str(steps)], tmp_path, ROCMCI_RESULTS_DIR=str(tmp_path / "r"))
+    assert done.returncode == 1, done.stderr
+    (finding,) = [line for line in done.stdout.splitlines() if "[argument-size]" in line]
+    assert finding.startswith("steps.yaml:") and "over Linux's 131,072 bytes for one argument" in finding, finding
+    small = _run(["pipeline.validate", "--source", str(_big_step_file(tmp_path, 100))], tmp_path)
+    assert "[argument-size]" not in small.stdout
+
+
+def test_a_child_past_the_argument_limit_is_refused_before_it_starts(tmp_path):
+    from rocmci import process
+    from rocmci.errors import UsageError
+
+    marker = tmp_path / "started"
+    script = f"open({str(marker)!r}, 'w').close()"
+    with pytest.raises(UsageError, match=r"argument 3 of `python\S*` is 131,073 bytes; Linux takes at most 131,072"):
+        process.stream([sys.executable, "-c", script, "x" * 131072], lambda line: None)
+    with pytest.raises(UsageError, match=r"environment variable BIG is"):
+        process.run_captured([sys.executable, "-c", script], timeout=10, env={"BIG": "y" * 131070})
+    assert not marker.exists()
+    process.stream([sys.executable, "-c", script, "x" * 131071], lambda line: None)  # at the limit: it runs
+    assert marker.exists()
