@@ -4,6 +4,7 @@ built in image/requests.py, plans are pure (image/plan.py, image/retarget.py), e
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from rocmci import labels as label
@@ -242,6 +243,22 @@ def retarget(v) -> int:
     return 0
 
 
+_SCP_PASSWORD = re.compile(r"(?<![^\s,;=])([A-Za-z0-9._~+-]+):[^@\s/]+@(?=[A-Za-z0-9.-]+:)")
+
+
+def shown_labels(labels: dict[str, str]) -> dict[str, str]:
+    """An image's labels as image.inspect shows them: a label whose name says it holds a secret (a base image's
+    GITHUB_TOKEN, `*.password`) is `***`, and a password in a URL (any scheme) or an scp-like `user:pw@host:path`
+    is `***`; the rest passes the terminal and JSON gates as every printed value does."""
+    from rocmci.secrets import is_secret
+    from rocmci.values import without_url_credentials
+
+    return {
+        key: "***" if is_secret(key) else _SCP_PASSWORD.sub(r"\1:***@", without_url_credentials(value))
+        for key, value in labels.items()
+    }
+
+
 def inspect(v) -> int:
     """An image's labels as a table: what it was built from (default: the configured image)."""
     from rocmci.engine import Engine
@@ -252,6 +269,7 @@ def inspect(v) -> int:
     labels = Engine(s.docker, s.engine_timeout).image_labels(ref)
     if labels is None:
         raise UsageError(f"no image {ref} on this engine", hint="build it with `invoke image.build` or give --tag")
+    labels = shown_labels(labels)
     if v.json:
         print(to_json({"image": ref, "labels": labels}))
         return 0
