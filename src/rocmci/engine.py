@@ -35,6 +35,8 @@ CLI_PLUGIN_DIRS = (
     "/usr/lib/docker/cli-plugins",
     "/usr/libexec/docker/cli-plugins",
 )
+DEFAULT_TIMEOUT = 30.0  # seconds for one engine call (SDK or a short CLI call): registry.py's engine_timeout
+TIMEOUT_HINT = "the bound is the setting engine_timeout (ROCMCI_ENGINE_TIMEOUT)"
 
 
 @dataclass(frozen=True)
@@ -45,12 +47,13 @@ class Completed:
 
 
 def _run(
-    argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 60, input: str | None = None
+    argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
+    input: str | None = None,  # noqa: A002
 ) -> Completed:
+    from rocmci import process
+
     try:
-        proc = subprocess.run(
-            list(argv), capture_output=True, text=True, env=env, timeout=timeout, check=False, input=input
-        )
+        proc = process.run_captured(argv, env=env, timeout=timeout, input=input)
     except FileNotFoundError:
         raise EngineError(
             f"docker client {argv[0]!r} not found", hint="install docker.io or set ROCMCI_DOCKER"
@@ -58,7 +61,9 @@ def _run(
     except OSError as exc:  # not executable, a folder, a wrong binary format: the client, not rocmci
         raise client_error(argv[0], exc) from None
     except subprocess.TimeoutExpired:
-        raise EngineError(f"`{' '.join(argv[:3])}` did not answer within {timeout:.0f}s", hint=START_HINT) from None
+        raise EngineError(
+            f"`{' '.join(argv[:3])}` did not answer within {timeout:g} s", hint=f"{START_HINT}; {TIMEOUT_HINT}"
+        ) from None
     return Completed(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -122,9 +127,51 @@ def _sdk_error(exc: Exception) -> EngineError:
     return EngineError(f"the Docker engine refused the request: {text.splitlines()[0] if text else type(exc).__name__}")
 
 
+ENGINE_SCHEMES = ("unix", "tcp", "http", "https", "ssh")  # what the Docker SDK and the 20.10 client connect to
+HOST_HINT = "unset DOCKER_HOST, or give unix:///var/run/docker.sock, tcp://HOST:PORT or ssh://USER@HOST"
+
+
+def check_docker_host(environ: dict[str, str] | os._Environ = os.environ) -> None:
+    """DOCKER_HOST, read from the environment like a flag: a malformed one is one line (UsageError), checked
+    whenever rocmci makes an Engine, dry runs included; the SDK would raise a ValueError traceback."""
+    from urllib.parse import urlsplit
+
+    from rocmci.errors import UsageError
+    from rocmci.values import shown
+
+    text = environ.get("DOCKER_HOST", "")
+    if not text:
+        return
+
+    def bad(why: str) -> UsageError:
+        return UsageError(f"DOCKER_HOST={shown(text)} is not an engine address: {why}", hint=HOST_HINT)
+
+    if len(text) > 4096 or any(ord(c) < 0x21 or ord(c) == 0x7F for c in text):
+        raise bad("it holds a blank or control character" if len(text) <= 4096 else "it is over 4096 characters")
+    try:
+        parts = urlsplit(text if "://" in text else f"tcp://{text}")
+        port = parts.port  # ValueError past 65535 or not a number
+        host = parts.hostname
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    if parts.scheme not in ENGINE_SCHEMES:
+        raise bad(f"unknown scheme {parts.scheme!r} (one of {', '.join(ENGINE_SCHEMES)})")
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise bad("no socket path")
+        return
+    if not host:
+        raise bad("no host")
+    if port == 0:
+        raise bad("port 0")
+
+
 class Engine:
-    def __init__(self, client_setting: str = "auto") -> None:
+    def __init__(self, client_setting: str = "auto", timeout: float = DEFAULT_TIMEOUT) -> None:
+        check_docker_host()
         self._setting = client_setting
+        self.timeout = float(timeout)
+        self._hung: EngineError | None = None  # once the engine did not answer, no later call waits again
 
     @cached_property
     def client(self) -> str:
@@ -134,21 +181,42 @@ class Engine:
     def sdk(self):
         """The Docker SDK client for DOCKER_HOST (or the default socket); connecting is deferred to first use."""
         import docker
+        import requests
 
         try:
-            return docker.DockerClient.from_env(timeout=60, version="auto")
+            return docker.DockerClient.from_env(timeout=self.timeout, version="auto")
+        except requests.exceptions.Timeout:
+            raise self._not_answering() from None
         except docker.errors.DockerException as exc:
+            if "timed out" in str(exc).lower() or "timeout" in str(exc).lower():
+                raise self._not_answering() from None
             raise _sdk_error(exc) from None
+
+    def _not_answering(self) -> EngineError:
+        where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        from rocmci.values import shown
+
+        self._hung = EngineError(
+            f"the Docker engine at {shown(where)} did not answer within {self.timeout:g} s",
+            hint=f"check the engine, or {TIMEOUT_HINT}",
+        )
+        return self._hung
 
     def _call(self, fn: Callable[[], object]):
         import docker
         import requests
 
+        if self._hung is not None:
+            raise self._hung
         try:
             return fn()
         except (docker.errors.NotFound, docker.errors.ImageNotFound):
             raise
+        except requests.exceptions.Timeout:
+            raise self._not_answering() from None
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            if "timed out" in str(exc).lower():
+                raise self._not_answering() from None
             raise _sdk_error(exc) from None
 
     def ping(self) -> bool:
@@ -158,9 +226,11 @@ class Engine:
     def build_env(self) -> dict[str, str]:
         return {**os.environ, "DOCKER_BUILDKIT": "1"}
 
-    def cli(self, *args: str, timeout: float = 60, check: bool = True, input: str | None = None) -> Completed:
-        """`docker ARGS`; `input` is its standard input (none otherwise)."""
-        done = _run([self.client, *args], timeout=timeout, input=input)
+    def cli(
+        self, *args: str, timeout: float | None = None, check: bool = True, input: str | None = None  # noqa: A002
+    ) -> Completed:
+        """`docker ARGS`; `input` is its standard input (none otherwise); timeout: engine_timeout unless given."""
+        done = _run([self.client, *args], timeout=self.timeout if timeout is None else timeout, input=input)
         if done.returncode != 0 and check:
             raise _engine_error(done.stderr) or EngineError(
                 f"`docker {' '.join(args[:2])}` failed: {done.stderr.strip().splitlines()[-1:] or ['no output']}"

@@ -74,18 +74,68 @@ class WorkloadError(RocmciError):
         super().__init__(message, hint=hint)
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so that `finally` blocks and KeyboardInterrupt handlers clean up
-    (temporary files, containers); tasks.py reports it with one line and exit code 143 (128 + 15)."""
+class Signalled(KeyboardInterrupt):
+    """A signal that ends rocmci (SIGHUP, SIGQUIT, SIGUSR1, ...), raised like Ctrl-C in the main thread so that
+    every `finally` and KeyboardInterrupt handler runs: children stopped, temporary files removed. The edge
+    says `rocmci: stopped by SIGHUP` and exits 128 + the signal's number, as a shell reports a killed command."""
 
-    exit_code = 143
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__()
+        self.signum = int(signum)
+        self.exit_code = 128 + self.signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+class Terminated(Signalled):
+    """SIGTERM; tasks.py reports it with one line and exit code 143 (128 + 15)."""
+
+    def __init__(self) -> None:
+        super().__init__(signal.SIGTERM)
 
 
 def _terminated(signum, frame):
     raise Terminated()
 
 
+def _signalled(signum, frame):
+    raise Signalled(signum)
+
+
+# Signals whose default action ends the process (POSIX "T" and "A" of signal(7)) and that another process
+# sends on purpose: a hang-up, SIGQUIT (Ctrl-\), SIGUSR1/2, timers, CPU limits. Without a handler they end
+# rocmci at once and leave its children running. Not here: SIGKILL and SIGSTOP (cannot be caught), SIGPIPE
+# and SIGXFSZ (Python ignores them and reports EPIPE/EFBIG as errors), and the faults a program raises on
+# itself (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGSYS, SIGTRAP), which a handler would only loop on.
+STOPPING = tuple(
+    getattr(signal, name)
+    for name in ("SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF", "SIGIO", "SIGPWR",
+                 "SIGXCPU", "SIGSTKFLT")
+    if hasattr(signal, name)
+)  # fmt: skip
+HANDLED = (signal.SIGINT, signal.SIGTERM, *STOPPING)
+
+
 def raise_on_sigterm() -> None:
     """Turn SIGTERM into Terminated in the main thread (Python delivers signals only there)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminated)
+
+
+def raise_on_signals() -> None:
+    """The start-up of the rocmci process: every signal of HANDLED unwinds the main thread.
+
+    SIGINT gets Python's own handler whatever the parent left it as: a shell starts a background job with
+    SIGINT ignored, and Python then installs none, so nothing could interrupt rocmci. SIGTERM raises
+    Terminated. Each of STOPPING raises Signalled, unless the parent ignored it on purpose (`nohup rocmci`
+    keeps ignoring SIGHUP). Outside the main thread this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminated)
+    for signum in STOPPING:
+        if signal.getsignal(signum) == signal.SIG_DFL:
+            signal.signal(signum, _signalled)

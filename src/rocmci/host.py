@@ -93,7 +93,7 @@ def doctor(v) -> int:
     checks = doc.host_checks(
         root / "sys/class/kfd/kfd/topology/nodes", root / "dev/kfd", str(root / "dev/dri/renderD*")
     )
-    engine = Engine(s.docker)
+    engine = Engine(s.docker, s.engine_timeout)
     checks += doc.engine_checks(engine, image_ref, want_buildkit=v.for_ in (None, "build"))
     if v.for_ in (None, "build"):
         engine_ok = next(c.ok for c in checks if c.name == "docker engine")

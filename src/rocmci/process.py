@@ -23,6 +23,35 @@ WAIT_AFTER_STOP = 30.0  # for the child to exit once it was asked to stop
 THREADS_AFTER_STOP = 15.0  # for worker threads to finish their clean-up once everything was stopped
 
 
+# Linux's limit on one argument or one NAME=value environment string of execve (MAX_ARG_STRLEN, 32 pages):
+# past it execve fails with E2BIG ("Argument list too long") however small the rest is.
+MAX_ARG_BYTES = 131072
+
+
+def check_exec_sizes(argv: Sequence[str], env: dict[str, str] | None = None) -> None:
+    """Refuse, before anything starts, a child whose argument or environment string execve would refuse (E2BIG):
+    a step of thousands of commands is one `bash -c` word. One line naming the word, its size and the limit."""
+    from rocmci.errors import UsageError
+
+    def size(text: str) -> int:
+        return len(text.encode("utf-8", "surrogateescape")) + 1  # with its NUL
+
+    for index, word in enumerate(argv):
+        if size(word) > MAX_ARG_BYTES:
+            raise UsageError(
+                f"argument {index} of `{os.path.basename(str(argv[0]))}` is {size(word):,} bytes; Linux takes at most "
+                f"{MAX_ARG_BYTES:,} bytes in one argument (MAX_ARG_STRLEN)",
+                hint="split the step's commands into several steps, or put them in a script the step runs",
+            )
+    for name, value in (env or {}).items():
+        if size(f"{name}={value}") > MAX_ARG_BYTES:
+            raise UsageError(
+                f"environment variable {name} is {size(value):,} bytes; Linux takes at most {MAX_ARG_BYTES:,} bytes "
+                "in one NAME=value string (MAX_ARG_STRLEN)",
+                hint="split the step's commands into several steps, or put them in a script the step runs",
+            )
+
+
 @dataclass(frozen=True)
 class Finished:
     returncode: int
@@ -78,12 +107,39 @@ def interrupts_deferred() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    from rocmci.errors import HANDLED
+
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in HANDLED}
     try:
         yield
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            if handler is not None:  # None: a handler set outside Python, which cannot be put back from here
+                signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM, SIGHUP, ... while native code that calls back into Python runs (minijinja renders a
+    template in Rust and calls rocmci's finalizer): an exception raised inside such a callback becomes a Rust
+    panic, not the interrupt. The first signal that came is delivered again once the block ends, to the
+    handler that was in place; the block must be bounded (the render is, by its fuel).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from rocmci.errors import HANDLED
+
+    came: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: came.append(signum)) for sig in HANDLED}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+        if came:
+            signal.raise_signal(came[0])
 
 
 def run_threads(
@@ -187,6 +243,7 @@ def stream(
     running: where the caller's interrupt handler finds how to stop it.
     OSError from starting the child (no such program or folder) propagates: the caller names it.
     """
+    check_exec_sizes(argv, env)
     started = time.time()
     t0 = time.monotonic()
     proc = subprocess.Popen(
@@ -236,3 +293,35 @@ def stream(
             _signal_group(pgid, signal.SIGKILL)
         reader.join(timeout=10)
     return Finished(proc.returncode, timed_out, time.monotonic() - t0, started)
+
+
+def run_captured(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    cwd: str | os.PathLike | None = None,
+    env: dict[str, str] | None = None,
+    input: str | None = None,  # noqa: A002 - subprocess.run's name
+) -> subprocess.CompletedProcess:
+    """subprocess.run(capture_output=True, text=True) that ends within `timeout` seconds whatever the child does.
+
+    subprocess.run kills only its child on timeout, then waits for the output pipes to close: a `git fetch`
+    whose transport helper or ssh still holds them waits for ever. Here the child leads a process group of
+    its own, and on timeout, Ctrl-C or any signal that unwinds rocmci the whole group is killed before
+    the pipes are read to their end. subprocess.TimeoutExpired propagates (the caller names what hung).
+    """
+    check_exec_sizes(argv, env)
+    proc = subprocess.Popen(
+        list(argv), cwd=cwd, env=env, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(input, timeout=timeout)
+    except BaseException:  # TimeoutExpired, KeyboardInterrupt, errors.Signalled
+        _signal_group(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=WAIT_AFTER_STOP)  # every writer of the pipes is dead: they close now
+        raise
+    finally:
+        _signal_group(proc.pid, signal.SIGKILL)  # what the child left behind in its group goes with it
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

@@ -223,6 +223,32 @@ REGISTRY: tuple[Setting, ...] = (
         max=MAX_RUN_SECONDS,
     ),
     Setting("results_dir", "where logs, JUnit XML and reports are written", default="results"),
+    # Bounds on waits for a peer that may never answer (docs/reliability.md lists each).
+    Setting(
+        "engine_timeout",
+        "seconds one Docker engine call may take (SDK calls, registry look-ups through the engine, short CLI "
+        "calls); an engine that did not answer once is not asked again",
+        kind=int,
+        default=30,
+        min=1,
+        max=3600,
+    ),
+    Setting(
+        "git_timeout",
+        "seconds a git command may take (--diff-base's fetch, merge-base, diff); its whole process group is killed",
+        kind=int,
+        default=120,
+        min=1,
+        max=3600,
+    ),
+    Setting(
+        "render_fuel",
+        "instructions a ci-infra template may take to render (pipeline.diff); ci-infra's own needs about 210,000",
+        kind=int,
+        default=50_000_000,
+        min=100_000,
+        max=10_000_000_000,
+    ),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in REGISTRY}

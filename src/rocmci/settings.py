@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from rocmci.errors import InputError, UsageError
 from rocmci.registry import BY_NAME, ENV_PREFIX, REGISTRY, Setting  # noqa: F401  (settings' API)
-from rocmci.values import parse_int
+from rocmci.values import IMAGE_REF, parse_int
 
 
 class Resolved(NamedTuple):
@@ -148,6 +148,13 @@ def _convert_str(setting: Setting, raw: Any, where: str) -> str:
         raise _bad(setting, where, "is not one of the known values", raw, hint=hint)
     if setting.pattern is not None and not re.fullmatch(setting.pattern, raw):
         raise _bad(setting, where, _why_not_valid(raw, setting.pattern), raw, hint=setting.pattern_hint)
+    if raw and setting.pattern is not None and IMAGE_REF.pattern in setting.pattern:
+        # the rule of --tag and --image (values.image_ref): docker wants the repository in lower case, and its
+        # engine says so only at the build's end ("repository name must be lowercase")
+        from rocmci.values import _repository_path
+
+        if _repository_path(raw) != _repository_path(raw).lower():
+            raise _bad(setting, where, "has upper case in its repository name", raw, hint=setting.pattern_hint)
     return raw
 
 

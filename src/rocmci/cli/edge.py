@@ -1,8 +1,8 @@
 """Where typed errors become one line and an exit code, and how tasks declare their flags.
 
 `run(fn, given)` parses a task's flags and calls one face function: RocmciError -> "rocmci: <one line>"
-Ctrl-C -> 130, SIGTERM -> 143, a closed stdout (`| head`) -> a quiet exit. Anything else is a bug
-and keeps its traceback.
+Ctrl-C -> 130, SIGTERM -> 143, SIGHUP and the other signals of errors.STOPPING -> 128 + N, a closed
+stdout (`| head`) -> a quiet exit. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from rocmci.cli import flags
 
 def run(fn: Callable[..., int | None], given: dict[str, Any] | None = None) -> None:
     """Parse the flags a task received (`given`, when it has flags) and call `fn` with the typed values."""
-    from rocmci.errors import RocmciError, Terminated, raise_on_sigterm
+    from rocmci.errors import RocmciError, Signalled, Terminated, raise_on_signals
 
-    raise_on_sigterm()  # SIGTERM unwinds like Ctrl-C: temporary files and containers are cleaned up
+    # SIGTERM, SIGHUP, SIGQUIT, ... unwind like Ctrl-C: children stopped, temporary files and containers removed.
+    raise_on_signals()
     try:
         code = fn() if given is None else fn(flags.parse(given))
     except RocmciError as exc:
@@ -32,6 +33,8 @@ def run(fn: Callable[..., int | None], given: dict[str, Any] | None = None) -> N
         raise Exit(f"rocmci: {safe(exc.one_line(), limit=4000)}", code=exc.exit_code) from None
     except Terminated:
         raise Exit("rocmci: terminated", code=143) from None
+    except Signalled as exc:
+        raise Exit(f"rocmci: stopped by {exc.name}", code=exc.exit_code) from None
     except KeyboardInterrupt:
         raise Exit("rocmci: interrupted", code=130) from None
     except BrokenPipeError:

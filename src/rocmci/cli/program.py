@@ -320,28 +320,48 @@ def _flush_stdout() -> int | None:
     return None
 
 
-def _interrupted(code: int) -> int:
+def _interrupted(exc: BaseException) -> int:
+    """The one line and exit code of a signal: 130 for Ctrl-C, 143 for SIGTERM, 128 + N for SIGHUP and the rest."""
     import signal
 
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not turn the line into a traceback
-    except (ValueError, OSError):
-        pass
-    _say("rocmci: interrupted" if code == INTERRUPTED_EXIT else "rocmci: terminated")
+    from rocmci.errors import HANDLED
+
+    code = getattr(exc, "exit_code", INTERRUPTED_EXIT)
+    for signum in HANDLED:  # a second Ctrl-C or SIGHUP must not turn the line into a traceback
+        try:
+            signal.signal(signum, signal.SIG_IGN)
+        except (ValueError, OSError):
+            pass
+    name = getattr(exc, "name", None)
+    if code == INTERRUPTED_EXIT:
+        _say("rocmci: interrupted")
+    elif name is None or name == "SIGTERM":
+        _say("rocmci: terminated")
+    else:
+        _say(f"rocmci: stopped by {name}")
     return code
+
+
+def _take_signals() -> None:
+    """Before anything else: SIGINT interrupts even when the parent left it ignored (a script's background
+    job), and SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, ... unwind rocmci, so that its children are stopped first."""
+    from rocmci.errors import raise_on_signals
+
+    raise_on_signals()
 
 
 def main(argv: list[str] | None = None) -> None:
     """The console entry point: run, then turn every way out into one line and a documented exit code."""
     try:
+        _take_signals()
         _harden_streams()
         code = _execute(argv)
-    except KeyboardInterrupt as exc:  # Terminated (SIGTERM) is one too, with its own code
-        code = _interrupted(getattr(exc, "exit_code", INTERRUPTED_EXIT))
+    except KeyboardInterrupt as exc:  # Terminated (SIGTERM) and errors.Signalled are ones too, with their codes
+        code = _interrupted(exc)
     try:
         flushed = _flush_stdout()
-    except KeyboardInterrupt:
-        flushed = _interrupted(INTERRUPTED_EXIT)
+    except KeyboardInterrupt as exc:
+        flushed = _interrupted(exc)
     sys.exit(flushed if flushed is not None else code)
 
 

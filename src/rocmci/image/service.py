@@ -4,6 +4,7 @@ built in image/requests.py, plans are pure (image/plan.py, image/retarget.py), e
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from rocmci import labels as label
@@ -97,17 +98,17 @@ def build(v) -> int:
         for f in findings:  # warnings only: steps the check could not follow; the DeepEP check decides
             eprint(f.text())
     extra_args = requests.extra_build_args(co.dockerfile, v.build_arg)
-    engine = Engine(s.docker)
+    engine = Engine(s.docker, s.engine_timeout)
     notes: list[str] = []
     reachable = True
     try:
         engine.server_version()
-    except EngineError:
+    except EngineError as exc:
         if not v.dry_run:
             raise
         reachable = False
-        notes.append("the engine is not reachable: BuildKit features, BASE_IMAGE's digest and the builder "
-                     "were not checked")  # fmt: skip
+        notes.append(f"the engine is not reachable ({exc.message}): BuildKit features, BASE_IMAGE's digest and "
+                     "the builder were not checked")  # fmt: skip
     if reachable and v.target != "base":
         _require_features(engine, co.dockerfile, notes)
     if v.pull and not v.dry_run:
@@ -191,7 +192,7 @@ def retarget(v) -> int:
         raise UsageError("image.retarget needs --from IMAGE", hint="name a vLLM ROCm image, e.g. rocm/vllm-ci:<commit>")
     s = _settings(v, build_network=v.network)
     co = requests.checkout(s)
-    engine = Engine(s.docker)
+    engine = Engine(s.docker, s.engine_timeout)
     # The image's labels say which DeepEP and rocSHMEM it holds; a dry run reads them too when it can.
     try:
         attrs = engine.image_attrs(v.from_)
@@ -229,6 +230,22 @@ def retarget(v) -> int:
     return 0
 
 
+_SCP_PASSWORD = re.compile(r"(?<![^\s,;=])([A-Za-z0-9._~+-]+):[^@\s/]+@(?=[A-Za-z0-9.-]+:)")
+
+
+def shown_labels(labels: dict[str, str]) -> dict[str, str]:
+    """An image's labels as image.inspect shows them: a label whose name says it holds a secret (a base image's
+    GITHUB_TOKEN, `*.password`) is `***`, and a password in a URL (any scheme) or an scp-like `user:pw@host:path`
+    is `***`; the rest passes the terminal and JSON gates as every printed value does."""
+    from rocmci.secrets import is_secret
+    from rocmci.values import without_url_credentials
+
+    return {
+        key: "***" if is_secret(key) else _SCP_PASSWORD.sub(r"\1:***@", without_url_credentials(value))
+        for key, value in labels.items()
+    }
+
+
 def inspect(v) -> int:
     """An image's labels as a table: what it was built from (default: the configured image)."""
     from rocmci.engine import Engine
@@ -236,9 +253,10 @@ def inspect(v) -> int:
 
     s = settingsmod.resolve()
     ref = v.tag or configured_image(s)
-    labels = Engine(s.docker).image_labels(ref)
+    labels = Engine(s.docker, s.engine_timeout).image_labels(ref)
     if labels is None:
         raise UsageError(f"no image {ref} on this engine", hint="build it with `rocmci image.build` or give --tag")
+    labels = shown_labels(labels)
     if v.json:
         print(to_json({"image": ref, "labels": labels}))
         return 0

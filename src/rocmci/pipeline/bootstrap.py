@@ -183,21 +183,25 @@ def decide(req: Request) -> Decision:
 
 # --- reading git (effectful; everything above is pure) -------------------------------------------
 
-GIT_SECONDS = 120
+GIT_SECONDS = 120  # registry.py's git_timeout default
 
 
-def _git(args: list[str], workspace: Path) -> subprocess.CompletedProcess:
+def _git(args: list[str], workspace: Path, timeout: float = GIT_SECONDS) -> subprocess.CompletedProcess:
+    from rocmci import process
+
     try:
-        return subprocess.run(
-            ["git", *args], cwd=workspace, capture_output=True, text=True, errors="replace", check=False,
-            timeout=GIT_SECONDS, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        # The whole process group goes at the bound: a fetch's transport helper or ssh holds git's pipes open.
+        return process.run_captured(["git", *args], cwd=workspace, timeout=timeout)
     except FileNotFoundError:
         raise UsageError(
             "--diff-base needs git, which is not on PATH", hint="install git, or use --changed-files"
         ) from None
     except subprocess.TimeoutExpired:
-        raise UsageError(f"git {args[0]} took longer than {GIT_SECONDS} s", hint="use --changed-files") from None
+        peer = " (its remote did not answer)" if args[0] == "fetch" else ""
+        raise UsageError(
+            f"git {args[0]} did not finish within {timeout:g} s{peer}",
+            hint="raise the setting git_timeout (ROCMCI_GIT_TIMEOUT), or give the changed files with --changed-files",
+        ) from None
     except OSError as exc:
         raise UsageError(f"cannot run git: {exc.strerror}", hint="use --changed-files") from None
 
@@ -217,27 +221,28 @@ class DiffUnavailable(tuple):
 DEEPEN = 50  # bootstrap-amd.sh: git fetch --no-tags --deepen=50 origin
 
 
-def _deepen_if_shallow(workspace: Path) -> None:
+def _deepen_if_shallow(workspace: Path, timeout: float = GIT_SECONDS) -> None:
     """As bootstrap-amd.sh: a shallow clone is deepened by 50 commits first. A failed fetch is not fatal there
     either (`|| true`): the merge-base step after it says what is missing."""
-    shallow = _git(["rev-parse", "--is-shallow-repository"], workspace)
+    shallow = _git(["rev-parse", "--is-shallow-repository"], workspace, timeout)
     if shallow.returncode == 0 and shallow.stdout.strip() == "true":
-        _git(["fetch", "--no-tags", f"--deepen={DEEPEN}", "origin"], workspace)
+        _git(["fetch", "--no-tags", f"--deepen={DEEPEN}", "origin"], workspace, timeout)
 
 
-def _fetch_origin_ref(diff_base: str, workspace: Path) -> bool:
+def _fetch_origin_ref(diff_base: str, workspace: Path, timeout: float = GIT_SECONDS) -> bool:
     """bootstrap-amd.sh fetch_origin_ref: an `origin/<branch>` the clone lacks is fetched (depth 50, then full)."""
     branch = diff_base.removeprefix("origin/")
     if branch == diff_base or not branch:
         return False
     refspec = f"{branch}:refs/remotes/origin/{branch}"
     for depth in ([f"--depth={DEEPEN}"], []):
-        if _git(["fetch", "--no-tags", *depth, "--end-of-options", "origin", refspec], workspace).returncode == 0:
+        fetched = _git(["fetch", "--no-tags", *depth, "--end-of-options", "origin", refspec], workspace, timeout)
+        if fetched.returncode == 0:
             return True
     return False
 
 
-def git_changed_files(diff_base: str, workspace: Path) -> tuple[str, ...]:
+def git_changed_files(diff_base: str, workspace: Path, timeout: float = GIT_SECONDS) -> tuple[str, ...]:
     """Files changed between the merge base of `diff_base` and HEAD, as bootstrap-amd.sh's get_diff lists them.
 
     Like bootstrap-amd.sh, a shallow clone is deepened first, an `origin/<branch>` it lacks is fetched, and
@@ -246,7 +251,7 @@ def git_changed_files(diff_base: str, workspace: Path) -> tuple[str, ...]:
     could be read as an option; never git's usage text.
     """
     values.git_ref("--diff-base", diff_base)  # never an option to git: checked by the flags' own rule
-    inside = _git(["rev-parse", "--is-inside-work-tree"], workspace)
+    inside = _git(["rev-parse", "--is-inside-work-tree"], workspace, timeout)
     if inside.returncode != 0 or inside.stdout.strip() != "true":
         # git's own reason: not a repository, or one it refuses to read (dubious ownership)
         reason = (inside.stderr.strip().splitlines() or [f"{workspace} is not a work tree"])[-1]
@@ -254,20 +259,20 @@ def git_changed_files(diff_base: str, workspace: Path) -> tuple[str, ...]:
             f"--diff-base needs a git repository: {reason[:200]}",
             hint="run it in a git clone, or give the changed files with --changed-files",
         )
-    _deepen_if_shallow(workspace)
+    _deepen_if_shallow(workspace, timeout)
     verify = ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{diff_base}^{{commit}}"]
-    ref = _git(verify, workspace)
-    if ref.returncode != 0 and _fetch_origin_ref(diff_base, workspace):
-        ref = _git(verify, workspace)
+    ref = _git(verify, workspace, timeout)
+    if ref.returncode != 0 and _fetch_origin_ref(diff_base, workspace, timeout):
+        ref = _git(verify, workspace, timeout)
     if ref.returncode != 0:
         raise UsageError(
             f"--diff-base {diff_base!r} is not a commit this repository knows",
             hint="fetch it first (git fetch origin), or use --changed-files",
         )
-    base = _git(["merge-base", "--end-of-options", diff_base, "HEAD"], workspace)
+    base = _git(["merge-base", "--end-of-options", diff_base, "HEAD"], workspace, timeout)
     if base.returncode != 0 or not base.stdout.strip():
         return DiffUnavailable(f"no merge base of {diff_base} and HEAD, even after deepening")
-    diff = _git(["diff", "--name-only", "--diff-filter=ACMDR", f"{diff_base}...HEAD", "--"], workspace)
+    diff = _git(["diff", "--name-only", "--diff-filter=ACMDR", f"{diff_base}...HEAD", "--"], workspace, timeout)
     if diff.returncode != 0:
         last = (diff.stderr.strip().splitlines() or ["no output"])[-1]
         raise UsageError(f"git diff against {diff_base!r} failed: {last[:200]}", hint="use --changed-files")

@@ -83,10 +83,18 @@ def _as_rust_prints(value: Any) -> Any:
     return value
 
 
-def _environment(name: str, source: str):
+# Instructions a render may take (registry.py's render_fuel): minijinja renders in native code, where Python
+# cannot run a signal handler, so an endless template would ignore Ctrl-C and SIGTERM; with fuel it ends
+# (about 2 s at this default) and the signal or the "ran out of fuel" line follows. ci-infra's template
+# needs about 210,000.
+DEFAULT_FUEL = 50_000_000
+
+
+def _environment(name: str, source: str, fuel: int | None = None):
     import minijinja
 
     env = minijinja.Environment(
+        fuel=DEFAULT_FUEL if fuel is None else fuel,
         undefined_behavior="lenient",
         finalizer=_as_rust_prints,
         pycompat=False,
@@ -99,23 +107,36 @@ def _environment(name: str, source: str):
     return env
 
 
-def render_text(template_text: str, context: dict[str, Any], inputs: TemplateInputs, name: str) -> str:
+def render_text(
+    template_text: str, context: dict[str, Any], inputs: TemplateInputs, name: str, fuel: int | None = None
+) -> str:
     """Render and drop whitespace-only lines, as bootstrap-amd.sh's sed does."""
     import minijinja
 
+    from rocmci import process
+
     try:
-        out = _environment(name, template_text).render_template(name, **{**context, **inputs.variables()})
+        with process.signals_held():  # bounded by the fuel; a signal that came is taken right after
+            out = _environment(name, template_text, fuel).render_template(name, **{**context, **inputs.variables()})
     except minijinja.TemplateError as exc:
+        if "out of fuel" in str(exc):
+            raise InputError(
+                f"ci-infra template did not finish rendering within {DEFAULT_FUEL if fuel is None else fuel:,} "
+                "instructions (an endless loop?)",
+                where=name,
+                hint="ci-infra's template needs about 210,000; the bound is the setting render_fuel "
+                "(ROCMCI_RENDER_FUEL)",
+            ) from None
         raise InputError(f"ci-infra template failed to render: {str(exc).splitlines()[0]}", where=name) from None
     return "".join(line + "\n" for line in out.split("\n") if line.strip())
 
 
-def render_ci_infra(template: Path, step_file: Path, inputs: TemplateInputs) -> str:
+def render_ci_infra(template: Path, step_file: Path, inputs: TemplateInputs, fuel: int | None = None) -> str:
     """ci-infra's pipeline YAML for this step file and these bootstrap inputs."""
     if not os.path.lexists(template):
         raise InputError("no such file", where=str(template), hint="point --template at test-template-amd.j2")
     text = read_text(template, what="--template", limit=TEMPLATE_BYTES)
-    return render_text(text, load_context(step_file), inputs, template.name)
+    return render_text(text, load_context(step_file), inputs, template.name, fuel)
 
 
 def parse_pipeline(text: str, where: str) -> list[Any]:

@@ -575,6 +575,41 @@ def timeouts(p: Pipeline, ctx: Context) -> Iterator[Finding]:
             )
 
 
+def argument_size(p: Pipeline, ctx: Context) -> Iterator[Finding]:
+    """A command or env value of a step past Linux's limit on one execve argument (MAX_ARG_STRLEN, 128 KiB): the
+    agent passes the commands to `bash -c` as one argument and each env entry as one NAME=value string, so
+    the job would fail with "Argument list too long" (run.step refuses it before it starts, for the same reason)."""
+    from rocmci.process import MAX_ARG_BYTES
+
+    for step in p.steps:
+        if step.kind != "command":
+            continue
+        for where in ("command", "commands", "env"):
+            for path, text in _strings(step.data.get(where), (*step.path, where)):
+                name = f"{path[-1]}=" if where == "env" else ""
+                what = f"env {path[-1]}" if where == "env" else where
+                size = len((name + text).encode("utf-8", "surrogateescape")) + 1
+                if size > MAX_ARG_BYTES:
+                    yield p.report(
+                        path,
+                        "argument-size",
+                        ERROR,
+                        f"{what} is {size:,} bytes, over Linux's {MAX_ARG_BYTES:,} bytes for one argument: the job "
+                        "would fail with 'Argument list too long'; split the step or run a script",
+                    )
+        if isinstance(step.data.get("commands"), list):
+            joined = " && ".join(c for c in step.data["commands"] if isinstance(c, str))
+            size = len(joined.encode("utf-8", "surrogateescape")) + 1
+            if size > MAX_ARG_BYTES:
+                yield p.report(
+                    (*step.path, "commands"),
+                    "argument-size",
+                    ERROR,
+                    f"commands joined are {size:,} bytes, over Linux's {MAX_ARG_BYTES:,} bytes for one argument: the "
+                    "job would fail with 'Argument list too long'; split the step or run a script",
+                )
+
+
 RULES = (
     empty_step,
     step_limit,
@@ -589,6 +624,7 @@ RULES = (
     interpolation,
     secrets_in_plain_text,
     timeouts,
+    argument_size,
 )
 RULE_IDS = (
     "yaml-syntax",
@@ -608,6 +644,7 @@ RULE_IDS = (
     "interpolation",
     "secret-in-pipeline",
     "timeout",
+    "argument-size",
     "template-escape",
     "control-character",
     "no-step-for-mirror",

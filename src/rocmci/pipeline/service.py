@@ -92,14 +92,16 @@ def context(i: Inputs, workspace: Path) -> rules.Context:
     return rules.Context(inventory=inventory, archs=i.archs, inventory_what=i.inventory_what)
 
 
-def changed_files(changed_file: str | None, diff_base: str | None, workspace: Path) -> tuple[str, ...] | None:
+def changed_files(
+    changed_file: str | None, diff_base: str | None, workspace: Path, git_timeout: float = boot.GIT_SECONDS
+) -> tuple[str, ...] | None:
     """The changed paths: from a file, or `git diff` against the merge base as bootstrap-amd.sh computes them."""
     if changed_file and diff_base:
         raise UsageError("give --changed-files or --diff-base, not both")
     if changed_file:
         return read_lines(Path(changed_file), what="--changed-files")
     if diff_base:
-        return boot.git_changed_files(diff_base, workspace)
+        return boot.git_changed_files(diff_base, workspace, git_timeout)
     return None
 
 
@@ -231,11 +233,11 @@ def plan_summary(
     return head
 
 
-def diff(template: Path, i: Inputs, opts: gen.Options):
+def diff(template: Path, i: Inputs, opts: gen.Options, fuel: int | None = None):
     """ci-infra's render of `template` vs rocmci's generator, field by field."""
     from rocmci.pipeline import citemplate, conformance
 
-    rendered = citemplate.render_ci_infra(template, i.source_path, opts.inputs)
+    rendered = citemplate.render_ci_infra(template, i.source_path, opts.inputs, fuel=fuel)
     reference = citemplate.parse_pipeline(rendered, f"{template} rendered")
     src = load(i)
     # rocmci's side as it is uploaded too: written, then read back the way buildkite-agent reads it
@@ -300,7 +302,7 @@ def generate_options(
             hint="e.g. rocm/vllm-ci:build-$BUILDKITE_BUILD_ID; it is written into the pipeline's env",
         )
     if changed is None:
-        changed = changed_files(changed_file, diff_base, s.workspace)
+        changed = changed_files(changed_file, diff_base, s.workspace, s.git_timeout)
     return options(s, changed, run_all, nightly, labels=labels)
 
 

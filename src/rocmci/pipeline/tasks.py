@@ -170,7 +170,7 @@ def plan(v) -> int:
 
     s = resolve(flags=dict(mirror_hw=v.mirror_hw, branch=v.branch))
     i = service.inputs(s, v.source)
-    changed = service.changed_files(v.changed_files, v.diff_base, s.workspace)
+    changed = service.changed_files(v.changed_files, v.diff_base, s.workspace, s.git_timeout)
     opts, decision = service.generate_options(
         s, v.changed_files, v.diff_base, v.run_all, v.nightly, labels=v.label, changed=changed
     )
@@ -206,7 +206,7 @@ def diff(v) -> int:
     if decision.skip:
         _eprint(f"no pipeline to compare: {decision.skip}")
         return 0
-    comparison = service.diff(Path(os.path.realpath(v.template)), i, opts)
+    comparison = service.diff(Path(os.path.realpath(v.template)), i, opts, s.render_fuel)
     if v.json:
         print(to_json([d.__dict__ | {"allowed": d.allowed} for d in comparison.differences]))
     else:

@@ -173,6 +173,7 @@ def trace(job: Job, place: Place, render: str, *, docker_exit: int = 0, environ=
         (work / "agent" / "home").mkdir(parents=True)
         env = agent_env(job, place, work, checkout, render, trace=True, environ=environ)
         env["ROCMCI_TRACE_EXIT"] = str(docker_exit)
+        process.check_exec_sizes([*AGENT_SHELL, job.command], env)  # refused before the trace, not E2BIG in it
         try:
             done = subprocess.run(
                 [*AGENT_SHELL, job.command], cwd=checkout, env=env, stdin=subprocess.DEVNULL,

@@ -31,7 +31,22 @@ def results_dir(s) -> Path:
             f"setting 'results_dir' is empty ({s.origin('results_dir')})",
             hint="name a folder for logs and JUnit XML, e.g. ROCMCI_RESULTS_DIR=results",
         )
-    return s.path("results_dir")
+    folder = s.path("results_dir")
+    # The folder is mounted read-write into every workload container: never the workspace, the checkout, the
+    # home folder or a folder holding one of them (`.`, `./`, `..`, `~`, `/`), which a workload could rewrite.
+    guarded = {"the workspace": s.workspace, "your home folder": Path.home()}
+    if s.vllm_src:
+        guarded["the vLLM checkout"] = s.path("vllm_src")
+    for what, where in guarded.items():
+        real = Path(os.path.realpath(where))
+        if folder == real or folder in real.parents:
+            holds = "is" if folder == real else "holds"
+            raise UsageError(
+                f"setting 'results_dir' ({s.origin('results_dir')}) {holds} {what} ({folder}): it is mounted "
+                "read-write into workload containers",
+                hint="name a folder of its own for logs and JUnit XML, e.g. ROCMCI_RESULTS_DIR=results",
+            )
+    return folder
 
 
 def run_image(v, s, native: bool = False) -> str:
@@ -202,7 +217,7 @@ def _setup(v, native: bool = False):
 
     s = settingsmod.resolve(flags={"image": v.image, "vllm_src": v.vllm_src})
     opts = run_options(v, s, native)
-    return s, opts, Engine(s.docker), _registry(s)
+    return s, opts, Engine(s.docker, s.engine_timeout), _registry(s)
 
 
 def _ensure_image(engine, opts, pull: bool) -> list[str]:
@@ -337,7 +352,7 @@ def workarounds(v) -> int:
     if v.image:
         from rocmci.engine import Engine
 
-        labels = Engine(s.docker).image_labels(v.image)
+        labels = Engine(s.docker, s.engine_timeout).image_labels(v.image)
         if labels is None:
             raise UsageError(f"no image {v.image} on this engine", hint="build it or name another tag")
     sources = wa.Sources(vllm_src=_vllm_src(s), image=v.image, labels=labels)
@@ -424,7 +439,7 @@ def prepare_step(v, s, checkout: Path | None = None):
 
     chosen = find_step(load_step_file(v, s), v.step, s)
     opts = run_options(v, s, native=chosen.native)
-    engine, registry = Engine(s.docker), _registry(s)
+    engine, registry = Engine(s.docker, s.engine_timeout), _registry(s)
     checkout = checkout or _vllm_src(s)
     if checkout is None or jobs.runner_of(checkout) is None:
         return _step_without_runner(v, chosen, opts, engine, registry, checkout)
@@ -506,7 +521,7 @@ def bisect(v) -> int:
     from rocmci.runs import bisectrun as br
 
     s, checkout, good, bad, commits, repo = _bisect_range(v)
-    engine = Engine(s.docker)
+    engine = Engine(s.docker, s.engine_timeout)
     results = results_dir(s)
     key = {"step": v.step, "good": good, "bad": bad, "repeat": v.repeat, "k": v.k or "", "repo": repo}
     log = br.Log.for_run(results, key)
@@ -611,7 +626,7 @@ def bisect_fanout(v):
         if given:
             raise UsageError(f"{flag} is for a local bisect, not --on buildkite: {why}", hint=f"leave out {flag}")
     s, checkout, good, bad, commits, repo = _bisect_range(v)
-    engine = Engine(s.docker)
+    engine = Engine(s.docker, s.engine_timeout)
     search = fanout.search_id(v.step, good, bad, v.repeat, repo)
     candidates = []
     for number, commit in enumerate(commits[:-1], 1):

@@ -103,27 +103,47 @@ def _tests_do_not_set(c: Condition, src: Path, shown_root: str = "") -> tuple[bo
     return True, f"{shown} (and the conftest/helper modules it imports) no longer set {c.variable}"
 
 
-def _dockerfile_applies(c: Condition, src: Path) -> tuple[bool | None, str]:
+def _dockerfile_applies(c: Condition, src: Path, memo: dict | None = None) -> tuple[bool | None, str]:
     shown = f"{src}/{c.path}"
-    text = _read(src, c.path)
-    if text is None:
+    key = ("instructions", src, c.path)
+    if memo is not None and key in memo:
+        instructions = memo[key]
+    else:
+        text = _read(src, c.path)
+        instructions = None if text is None else fixes.Instructions(text)
+        if memo is not None:
+            memo[key] = instructions
+    if instructions is None:
         return None, f"{shown} not found"
-    hit = fixes.dockerfile_names_fix(text, c.fix)
+    hit = instructions.first_naming(c.fix)
     if hit is not None:
         return True, f"{shown}:{hit}: an instruction applies {c.fix}"
     return False, f"{shown}: no instruction applies {c.fix} (comments do not count)"
 
 
-def check_condition(c: Condition, sources: Sources) -> tuple[bool | None, str]:
-    """(met, evidence): True when the condition holds, False when it was checked and does not, None unknown."""
+def check_condition(c: Condition, sources: Sources, memo: dict | None = None) -> tuple[bool | None, str]:
+    """(met, evidence): True when the condition holds, False when it was checked and does not, None unknown.
+
+    memo (check_all's, one per check of a registry): each distinct leaf condition is checked once and each
+    Dockerfile read once, so a registry of N entries costs N look-ups, not N passes over the checkout.
+    """
+    if c.kind != "all_of" and memo is not None:
+        key = (c.kind, c.path, c.variable, c.fix, c.commit, c.label, c.has)  # not `where`: the same fact
+        if key not in memo:
+            memo[key] = _check_leaf(c, sources, memo)
+        return memo[key]
     if c.kind == "all_of":
-        results = [check_condition(part, sources) for part in c.parts]
+        results = [check_condition(part, sources, memo) for part in c.parts]
         evidence = "; ".join(e for _, e in results if e)
         if any(met is False for met, _ in results):
             return False, evidence
         if any(met is None for met, _ in results):
             return None, evidence
         return True, evidence
+    return _check_leaf(c, sources, memo)
+
+
+def _check_leaf(c: Condition, sources: Sources, memo: dict | None) -> tuple[bool | None, str]:
     if c.kind == "vllm_tests_do_not_set" and sources.image_tree is not None:
         return _tests_do_not_set(c, sources.image_tree, sources.image_workspace)  # what will run
     if c.kind in ("vllm_tests_do_not_set", "vllm_dockerfile_applies"):
@@ -131,7 +151,7 @@ def check_condition(c: Condition, sources: Sources) -> tuple[bool | None, str]:
             return None, ""
         if c.kind == "vllm_tests_do_not_set":
             return _tests_do_not_set(c, sources.vllm_src)
-        return _dockerfile_applies(c, sources.vllm_src)
+        return _dockerfile_applies(c, sources.vllm_src, memo)
     if c.kind == "vllm_commit":
         if sources.vllm_src is None:
             return None, ""
@@ -156,12 +176,12 @@ def check_condition(c: Condition, sources: Sources) -> tuple[bool | None, str]:
     raise AssertionError(c.kind)  # from_document admits no other kind
 
 
-def check(w: Workaround, sources: Sources) -> Check:
+def check(w: Workaround, sources: Sources, memo: dict | None = None) -> Check:
     if w.applied_by != "rocmci":
         return Check(w, TRACKED, (f"carried by {w.applied_by}, not by rocmci",))
     seen: list[str] = []
     for condition in w.remove_when:
-        met, evidence = check_condition(condition, sources)
+        met, evidence = check_condition(condition, sources, memo)
         if met:
             return Check(w, OBSOLETE, (evidence,))
         if evidence:
@@ -170,7 +190,8 @@ def check(w: Workaround, sources: Sources) -> Check:
 
 
 def check_all(registry: list[Workaround], sources: Sources) -> list[Check]:
-    return [check(w, sources) for w in registry]
+    memo: dict = {}
+    return [check(w, sources, memo) for w in registry]
 
 
 def as_json(checks: list[Check]) -> list[dict]:
