@@ -1,0 +1,202 @@
+"""run.step (issue 35): its env as vLLM's runner sets it (cpu_platform_env), a no_plugin step's own env, its
+working dir, its GPU count (0 for no_gpu), and which image a build id names (test image vs native ci_base).
+
+Real parts: rocmci's generator plans the steps from a step file, rocmci's agent plans the job, and vLLM's own
+run-amd-test.sh (../shared/fixtures, unmodified) is executed under rocmci's trace stand-ins, as run.step does;
+the build id's images are checked against ci-infra's real template rendered with minijinja. docs/guards.md maps
+each test to the mutation it was watched to kill.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from rocmci.pipeline import citemplate, source
+from rocmci.pipeline.bootstrap import TemplateInputs
+from rocmci.runs import agent, images, jobs, service, stepjobs
+from rocmci.runs import steps as st
+from tests.conftest import REPO, SHARED_VLLM
+
+RUNNER = SHARED_VLLM / "buildkite" / "scripts" / "hardware_ci" / "run-amd-test.sh"
+TEMPLATE = REPO.parent / "shared" / "fixtures" / "ci-infra" / "buildkite" / "test-template-amd.j2"
+BUILD = "0190ab12-3c4d-4e5f-8a9b-0c1d2e3f4a5b"
+
+STEPS = """\
+steps:
+- label: CPU only
+  agent_pool: mi300_4
+  mirror_hardwares: [amdproduction]
+  no_gpu: true
+  num_gpus: 4
+  working_dir: /vllm-workspace/examples
+  commands:
+  - pytest -v a.py
+- label: Two GPUs
+  agent_pool: mi300_2
+  mirror_hardwares: [amdproduction]
+  num_gpus: 2
+  commands:
+  - pytest b.py
+  - echo $$HOME
+- label: Agent side
+  agent_pool: mi300_1
+  mirror_hardwares: [amdproduction]
+  no_plugin: true
+  env:
+    FOO: bar baz
+    N: 3
+  commands:
+  - make lint
+- label: In a pod
+  agent_pool: mi300_1
+  mirror_hardwares: [amdproduction]
+  dind: false
+  working_dir: /vllm-workspace/tests/v1
+  commands:
+  - pytest c.py
+"""
+
+needs_runner = pytest.mark.skipif(not RUNNER.is_file(), reason=f"{RUNNER} not found (shared fixtures beside the repo)")
+
+
+@pytest.fixture
+def steps(tmp_path) -> dict[str, st.Step]:
+    path = tmp_path / "test-amd.yaml"
+    path.write_text(STEPS)
+    src = source.load_source(path, "test-amd.yaml")
+    return {
+        s.source_label: s for s in st.generated_steps(src, "amdproduction", "rocm/vllm-ci:build-$BUILDKITE_BUILD_ID")
+    }
+
+
+def traced_run(step: st.Step, tmp_path: Path) -> list[str]:
+    """The `docker run` vLLM's runner starts for the step's job, as run.step traces it."""
+    checkout = tmp_path / "vllm"
+    (checkout / ".buildkite/scripts/hardware_ci").mkdir(parents=True)
+    shutil.copyfile(RUNNER, checkout / jobs.RUNNER)
+    job = agent.job(
+        step.data, parallel_job=None, ids=agent.Ids(BUILD, "job-1", "c" * 40, "main"), checkout=str(checkout)
+    )
+    render = agent.render_devices(stepjobs.stand_in_gpus(job.gpus))
+    traced = jobs.trace(job, jobs.Place(checkout, tmp_path / "results", str(tmp_path / "hf")), render)
+    (run,) = traced.runs()
+    assert traced.exit_code == 0, traced.output[-5:]
+    return list(run)
+
+
+def env_words(argv: list[str]) -> dict[str, str]:
+    return dict(
+        argv[i + 1].split("=", 1) for i, w in enumerate(argv[:-1]) if w in ("-e", "--env") and "=" in argv[i + 1]
+    )
+
+
+def renders(argv: list[str]) -> list[str]:
+    return [argv[i + 1] for i, w in enumerate(argv[:-1]) if w == "--device" and "renderD" in argv[i + 1]]
+
+
+# --- GPU count, and the runner's cpu_platform_env ----------------------------------------------------------------
+
+
+def test_a_no_gpu_step_counts_0_gpus_whatever_its_num_gpus(steps):
+    cpu, two = steps["CPU only"], steps["Two GPUs"]
+    assert (cpu.gpus, two.gpus, steps["Agent side"].gpus) == (0, 2, 1)
+    assert (cpu.env["VLLM_CI_EXPECTED_GPU_COUNT"], two.env["VLLM_CI_EXPECTED_GPU_COUNT"]) == ("0", "2")
+    ids = agent.Ids(BUILD, "job-1", "c" * 40, "main")
+    # An agent of amd_mi300_4 owns 4 GPUs; a step that expects none is handed none.
+    assert agent.job(cpu.data, parallel_job=None, ids=ids, checkout="/c").gpus == 0
+    assert agent.job(two.data, parallel_job=None, ids=ids, checkout="/c").gpus == 2
+
+
+@needs_runner
+def test_a_step_without_gpus_gets_the_runners_cpu_platform_env_and_no_render_node(steps, tmp_path):
+    cpu = traced_run(steps["CPU only"], tmp_path / "cpu")
+    assert env_words(cpu).get("VLLM_TARGET_DEVICE") == "cpu" and renders(cpu) == []
+    two = traced_run(steps["Two GPUs"], tmp_path / "two")
+    assert "VLLM_TARGET_DEVICE" not in env_words(two) and len(renders(two)) == 2
+
+
+def test_without_vllms_runner_a_step_without_gpus_still_runs_on_the_cpu_platform(steps):
+    (cpu,) = st.workloads(steps["CPU only"], None, host=False)
+    (two,) = st.workloads(steps["Two GPUs"], None, host=False)
+    assert (cpu.env, cpu.gpus) == ({"VLLM_TARGET_DEVICE": "cpu"}, 0)
+    assert (two.env, two.gpus) == ({}, 2)
+    assert st.workloads(steps["CPU only"], None, host=True)[0].env == {"VLLM_TARGET_DEVICE": "cpu"}
+
+
+# --- a no_plugin step's env, the working dir ----------------------------------------------------------------------
+
+
+def test_a_no_plugin_step_runs_its_own_command_with_its_own_env(steps):
+    side = steps["Agent side"]
+    assert (side.through_runner, side.command, side.env) == (False, "make lint", {"FOO": "bar baz", "N": "3"})
+    (work,) = st.workloads(side, None, host=True)
+    assert work.argv == ("/bin/bash", "-c", "make lint") and work.env == {"FOO": "bar baz", "N": "3"}
+    job = agent.job(side.data, parallel_job=None, ids=agent.Ids(BUILD, "j", "c" * 40, "main"), checkout="/c")
+    assert (job.env["FOO"], job.env["N"], job.command) == ("bar baz", "3", "make lint")
+    # A runner step's env is the template's, never the step file's own: no_plugin's env is not mixed in there.
+    assert "FOO" not in steps["Two GPUs"].env
+    with pytest.raises(Exception, match="runs on the agent itself"):
+        st.workloads(side, None, host=False)
+
+
+def test_the_working_dir_is_the_steps_or_vllm_workspace_tests(steps):
+    assert steps["CPU only"].working_dir == "/vllm-workspace/examples"
+    assert steps["Two GPUs"].working_dir == "/vllm-workspace/tests"
+    assert " && cd /vllm-workspace/examples && pytest -v a.py" in steps["CPU only"].test_commands
+    assert steps["Two GPUs"].test_commands.endswith(" && cd /vllm-workspace/tests && pytest b.py && echo $$HOME")
+    assert "working_dir: /vllm-workspace/tests/v1" in st.about(steps["In a pod"])
+    (work,) = st.workloads(steps["Two GPUs"], None, host=True)
+    assert work.argv[-1].endswith("cd /vllm-workspace/tests && pytest b.py && echo $HOME")  # `$$` as uploaded
+
+
+@needs_runner
+def test_the_runner_runs_the_commands_in_the_working_dir(steps, tmp_path):
+    cpu = traced_run(steps["CPU only"], tmp_path)
+    assert "cd /vllm-workspace/examples && pytest -v a.py" in cpu[-1]
+
+
+# --- a build id's image -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not TEMPLATE.is_file(), reason=f"{TEMPLATE} not found")
+def test_a_build_id_names_the_images_ci_infras_template_gives_that_build(tmp_path):
+    path = tmp_path / "test-amd.yaml"
+    path.write_text(STEPS)
+    rendered = citemplate.parse_pipeline(
+        citemplate.render_ci_infra(TEMPLATE, path, TemplateInputs(run_all="1")), "render"
+    )
+    flat = [s for item in rendered if isinstance(item, dict) for s in item.get("steps", [item])]
+    tag = next(s["env"]["IMAGE_TAG"] for s in flat if isinstance(s, dict) and "IMAGE_TAG" in s.get("env", {}))
+    pod = next(s for s in flat if isinstance(s, dict) and s.get("plugins"))
+    pod_image = pod["plugins"][0]["kubernetes"]["podSpecPatch"]["containers"][0]["image"]
+    upload = {"BUILDKITE_BUILD_ID": "4711"}
+    assert images.build_image("4711", native=False) == agent.interpolate(tag, upload) == "rocm/vllm-ci:build-4711"
+    assert images.build_image("4711", native=True) == agent.interpolate(pod_image, upload)
+    assert images.build_image("4711", native=True) == "rocm/vllm-dev:ci_base-build-4711"
+
+
+def test_run_step_takes_a_build_ids_image_by_the_steps_kind_and_image_over_it():
+    given = SimpleNamespace(build_id="4711", image=None)
+    assert service.run_image(given, None, native=False) == "rocm/vllm-ci:build-4711"
+    assert service.run_image(given, None, native=True) == "rocm/vllm-dev:ci_base-build-4711"
+
+
+def test_a_native_steps_job_runs_its_builds_ci_base(steps):
+    job = agent.job(
+        steps["In a pod"].data, parallel_job=None, ids=agent.Ids("4711", "j", "c" * 40, "main"), checkout="/c"
+    )
+    assert job.native and job.pod["image"] == images.build_image("4711", native=True)
+    docker = agent.job(steps["Two GPUs"].data, parallel_job=None, ids=agent.Ids("4711", "j", "c" * 40, "main"),
+                       checkout="/c")  # fmt: skip
+    assert not docker.native and docker.env["VLLM_CI_FALLBACK_IMAGE"] == images.build_image("4711", native=False)
+
+
+@pytest.mark.parametrize("bad", ["", "-7", "a b", "x" * 101, "7;rm", "../7", "7/x", "7:x"])
+def test_a_build_id_that_no_tag_can_hold_is_one_line(bad):
+    with pytest.raises(Exception, match="is not a build id"):
+        images.build_id("--build-id", bad)
+    assert images.build_id("--build-id", "x" * 100) == "x" * 100
