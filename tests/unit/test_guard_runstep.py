@@ -137,6 +137,8 @@ def test_a_no_plugin_step_runs_its_own_command_with_its_own_env(steps):
     assert work.argv == ("/bin/bash", "-c", "make lint") and work.env == {"FOO": "bar baz", "N": "3"}
     job = agent.job(side.data, parallel_job=None, ids=agent.Ids(BUILD, "j", "c" * 40, "main"), checkout="/c")
     assert (job.env["FOO"], job.env["N"], job.command) == ("bar baz", "3", "make lint")
+    # No VLLM_CI_EXPECTED_GPU_COUNT in its env: the agent of amd_mi300_1 still hands over the 1 GPU it owns.
+    assert "VLLM_CI_EXPECTED_GPU_COUNT" not in side.env and job.gpus == 1
     # A runner step's env is the template's, never the step file's own: no_plugin's env is not mixed in there.
     assert "FOO" not in steps["Two GPUs"].env
     with pytest.raises(Exception, match="runs on the agent itself"):
