@@ -162,7 +162,9 @@ def _module_scores(mutants_dir) -> list[str]:
         survivors = sorted(name.rsplit(".", 1)[-1] for name, code in tested.items() if code not in killed_codes)
         module = meta.relative_to(mutants_dir / "src").as_posix().removesuffix(".py.meta")
         score = f"{100 * killed / len(tested):.1f}%" if tested else "nothing tested"
-        lines.append(f"{module}: {killed}/{len(tested)} = {score}; {len(survivors)} not killed: {', '.join(survivors)}")
+        unchecked = f" ({len(codes) - len(tested)} not checked)" if len(codes) > len(tested) else ""
+        named = f"{len(survivors)} not killed: {', '.join(survivors)}"
+        lines.append(f"{module}: {killed}/{len(tested)} = {score}{unchecked}; {named}")
     return lines
 
 
