@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from rocmci.errors import UsageError
 from rocmci.pipeline import citemplate, source
 from rocmci.pipeline.bootstrap import TemplateInputs
 from rocmci.runs import agent, images, jobs, service, stepjobs
@@ -202,3 +203,77 @@ def test_a_build_id_that_no_tag_can_hold_is_one_line(bad):
     with pytest.raises(Exception, match="is not a build id"):
         images.build_id("--build-id", bad)
     assert images.build_id("--build-id", "x" * 100) == "x" * 100
+
+
+# --- naming a step, its parallel jobs (survivors of hand mutations of runs/steps.py) ----------------------------
+
+PARALLEL = """\
+steps:
+- label: Sharded
+  agent_pool: mi300_1
+  mirror_hardwares: [amdproduction]
+  parallelism: 3
+  commands:
+  - pytest --shard-id=$$BUILDKITE_PARALLEL_JOB d.py
+- label: Sharded again
+  agent_pool: mi300_2
+  mirror_hardwares: [amdproduction]
+  commands:
+  - pytest e.py
+"""
+
+
+def test_a_step_is_named_by_its_label_pool_label_key_block_key_or_part_of_its_label(steps):
+    listed = list(steps.values())
+    two = steps["Two GPUs"]
+    for name in ("mi300_2: Two GPUs", "Two GPUs", two.key, f"block-{two.key}", "two gpu", "  Two GPUs  "):
+        assert st.find(listed, name, "t.yaml") is two, name
+    with pytest.raises(UsageError, match=r"2 steps of t.yaml have 'mi300_' in their label") as many:
+        st.find([steps["Two GPUs"], steps["Agent side"]], "mi300_", "t.yaml")
+    assert "name one of them: 'mi300_2: Two GPUs', 'mi300_1: Agent side'" in many.value.hint
+    with pytest.raises(UsageError, match=r"no step 'Tow GPUs' in t.yaml") as close:
+        st.find(listed, "Tow GPUs", "t.yaml")
+    assert close.value.hint == "did you mean 'Two GPUs'?"
+    with pytest.raises(UsageError, match="no step 'zzz'") as none:
+        st.find(listed, "zzz", "t.yaml")
+    assert "rocmci pipeline.plan" in none.value.hint
+
+
+def test_an_exact_label_wins_over_labels_that_hold_it(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(PARALLEL)
+    found = st.generated_steps(source.load_source(path, "p.yaml"), "amdproduction", "img")
+    assert st.find(found, "Sharded", "p.yaml").source_label == "Sharded"  # not "2 steps have 'Sharded'"
+    with pytest.raises(UsageError, match="2 steps of p.yaml have 'Shard' in their label"):
+        st.find(found, "Shard", "p.yaml")
+
+
+def test_candidates_keep_only_the_steps_a_query_may_name(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(PARALLEL)
+    src = source.load_source(path, "p.yaml")
+    key = st.generated_steps(src, "amdproduction", "img")[1].key
+    for query, labels in [("Sharded again", ["Sharded again"]), (" Sharded again ", ["Sharded again"]), (f"block-{key}", ["Sharded again"]),
+                          ("mi300_1: Sharded", ["Sharded"]), ("shard", ["Sharded", "Sharded again"])]:  # fmt: skip
+        assert [s.data["label"] for s in st.candidates(src, query).steps] == labels, query
+    assert st.candidates(src, "nothing like it") is src  # the whole file, for "did you mean"
+    assert len(src.steps) == 2  # the file itself is left whole
+
+
+def test_parallel_jobs_are_each_job_or_the_one_asked_for(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(PARALLEL)
+    sharded, single = st.generated_steps(source.load_source(path, "p.yaml"), "amdproduction", "img")
+    assert st.jobs(sharded, None) == [0, 1, 2] and st.jobs(sharded, 2) == [2]
+    with pytest.raises(UsageError, match="--parallel-job 3: step 'mi300_1: Sharded' has parallelism 3") as past:
+        st.jobs(sharded, 3)
+    assert past.value.hint == "give 0..2"
+    assert st.jobs(single, None) == [None] and st.jobs(single, 0) == [None]  # job 0 of a step without parallelism
+    with pytest.raises(UsageError, match="has no parallelism"):
+        st.jobs(single, 1)
+    names = [w.name for w in st.workloads(sharded, None, host=True)]
+    assert names == [f"step mi300_1: Sharded job {i}/3" for i in range(3)]
+    assert [w.env for w in st.workloads(sharded, 1, host=True)] == [
+        {"BUILDKITE_PARALLEL_JOB": "1", "BUILDKITE_PARALLEL_JOB_COUNT": "3"}
+    ]
+    assert st.workloads(single, None, host=True)[0].name == "step mi300_2: Sharded again"
