@@ -253,8 +253,14 @@ def test_candidates_keep_only_the_steps_a_query_may_name(tmp_path):
     path.write_text(PARALLEL)
     src = source.load_source(path, "p.yaml")
     key = st.generated_steps(src, "amdproduction", "img")[1].key
-    for query, labels in [("Sharded again", ["Sharded again"]), (" Sharded again ", ["Sharded again"]), (f"block-{key}", ["Sharded again"]),
-                          ("mi300_1: Sharded", ["Sharded"]), ("shard", ["Sharded", "Sharded again"])]:  # fmt: skip
+    cases = [
+        ("Sharded again", ["Sharded again"]),
+        (" Sharded again ", ["Sharded again"]),
+        (f"block-{key}", ["Sharded again"]),
+        ("mi300_1: Sharded", ["Sharded"]),
+        ("shard", ["Sharded", "Sharded again"]),
+    ]
+    for query, labels in cases:
         assert [s.data["label"] for s in st.candidates(src, query).steps] == labels, query
     assert st.candidates(src, "nothing like it") is src  # the whole file, for "did you mean"
     assert len(src.steps) == 2  # the file itself is left whole
