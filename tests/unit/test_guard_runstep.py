@@ -283,3 +283,36 @@ def test_parallel_jobs_are_each_job_or_the_one_asked_for(tmp_path):
         {"BUILDKITE_PARALLEL_JOB": "1", "BUILDKITE_PARALLEL_JOB_COUNT": "3"}
     ]
     assert st.workloads(single, None, host=True)[0].name == "step mi300_2: Sharded again"
+
+
+# --- the agent's job: GPUs of a queue without a count, render nodes, a pod without containers or limits ----------
+
+
+def test_a_queue_without_a_gpu_count_hands_over_what_the_step_expects_and_at_least_one():
+    assert agent.agent_gpus("amd_mi355_dpx", 3) == 3
+    assert agent.agent_gpus("amd_mi355_dpx", -1) == 1  # a negative count is no count
+    assert agent.agent_gpus("amd_mi355_dpx", 0) == agent.agent_gpus("amd_mi300_8", 0) == 0
+
+
+@pytest.mark.parametrize("blank", ["\t", "\n", " "])
+def test_a_host_root_with_any_whitespace_is_refused_for_render_nodes(tmp_path, blank):
+    from rocmci.gpus import Gpu
+
+    root = tmp_path / f"a{blank}b"
+    with pytest.raises(UsageError, match="holds a space"):
+        agent.render_devices([Gpu(0, 1, "gfx942", 128)], root)
+
+
+def _job_of(plugin: dict):
+    data = {"label": "p", "command": "true", "agents": {"queue": "amd_mi300_1"}, "plugins": [plugin]}
+    return agent.job(data, parallel_job=None, ids=agent.Ids("b", "j", "c", "main"), checkout="/c")
+
+
+def test_a_pod_without_containers_or_gpu_limits_is_a_pod_of_0_gpus():
+    bare = _job_of({"kubernetes": {"podSpecPatch": {}}})
+    assert bare.native and bare.pod == {} and bare.gpus == 0
+    no_limits = _job_of({"kubernetes": {"podSpecPatch": {"containers": [{"image": "i:$BUILDKITE_BUILD_ID"}]}}})
+    assert no_limits.pod == {"image": "i:b"} and no_limits.gpus == 0
+    two = _job_of({"kubernetes": {"podSpecPatch": {"containers": [{"resources": {"limits": {"amd.com/gpu": "2"}}}]}}})
+    assert two.gpus == 2
+    assert not _job_of({"docker": {}}).native  # another plugin is no pod
