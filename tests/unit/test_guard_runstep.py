@@ -316,3 +316,57 @@ def test_a_pod_without_containers_or_gpu_limits_is_a_pod_of_0_gpus():
     two = _job_of({"kubernetes": {"podSpecPatch": {"containers": [{"resources": {"limits": {"amd.com/gpu": "2"}}}]}}})
     assert two.gpus == 2
     assert not _job_of({"docker": {}}).native  # another plugin is no pod
+
+
+# --- a pod as one docker run (runs/pod.py) ------------------------------------------------------------------------
+
+
+def _pod_argv(pod: dict, volumes: tuple = ()) -> list[str]:
+    from rocmci.runs import pod as podmod
+
+    job = agent.Job("p", "amd_mi300_1", "true", {}, 0, 60, pod, volumes)
+    host = podmod.Host("docker", "pod-1", "node-1", (), Path("/"), "/co", "/res", "/hf", "/bk", None, "/cid", "j")
+    return podmod.run_argv(job, host)
+
+
+@pytest.mark.parametrize(
+    ("quantity", "docker"), [("16Gi", "16g"), ("2Ti", "2048g"), ("1T", "1024g"), ("512Mi", "512m"), ("100", "100b")]
+)
+def test_a_pods_shm_size_is_its_quantity_in_docker_units(quantity, docker):
+    from rocmci.runs import pod as podmod
+
+    assert podmod.shm_size(quantity) == docker
+    shm = _pod_argv(
+        {"volumeMounts": [{"name": "s", "mountPath": "/dev/shm"}]},
+        ({"name": "s", "emptyDir": {"sizeLimit": quantity}},),
+    )
+    assert shm[shm.index("--shm-size") + 1] == docker
+
+
+def test_a_pods_shm_without_a_size_limit_is_kubernetes_64mi_and_unmounted_volumes_are_skipped():
+    mounts = [{"name": "s", "mountPath": "/dev/shm"}, {"name": "h", "mountPath": "/data"}]
+    volumes = ({"name": "unmounted", "hostPath": {"path": "/x"}}, {"name": "s", "emptyDir": {}},
+               {"name": "h", "hostPath": {"path": "/srv/data"}})  # fmt: skip
+    argv = _pod_argv({"volumeMounts": mounts}, volumes)
+    assert argv[argv.index("--shm-size") + 1] == "64m"
+    assert "/srv/data:/data" in argv and "/x" not in " ".join(argv)
+
+
+@pytest.mark.parametrize(
+    ("security", "words"),
+    [
+        ({"allowPrivilegeEscalation": False}, ["--security-opt", "no-new-privileges"]),
+        ({"allowPrivilegeEscalation": True}, []),
+        ({}, []),
+        ({"runAsUser": 0}, ["--user", "0"]),
+        ({"runAsUser": 1000}, ["--user", "1000"]),
+    ],
+)
+def test_a_pods_security_context_becomes_exactly_these_words(security, words):
+    argv = _pod_argv({"securityContext": security})
+    got = [
+        w
+        for i, w in enumerate(argv)
+        if w in ("--security-opt", "--user") or argv[i - 1] in ("--security-opt", "--user")
+    ]
+    assert got == words
