@@ -220,3 +220,13 @@ def test_parsing_leaves_the_garbage_collector_as_it_found_it():
     with pytest.raises(InputError):
         P("a: [\n", "f.yaml")
     assert gc.isenabled()
+
+
+def test_nesting_after_a_closed_collection_is_counted_from_its_real_depth():
+    """100 levels, one closed, then 890 more on one long line (the event pass reads it): the refusal names the
+    collection at level 101 counted from the root, the third one opened after the close (survivors
+    `_refuse_deep_nesting` 25 and 27: the depth reset to 1, or lowered by 2, after a closing bracket)."""
+    text = "[" * 100 + "], " + "[" * 890 + "]" * 890 + "]" * 99 + "\n"
+    with pytest.raises(InputError) as refused:
+        yamldoc.parse(text.encode(), "deep.yaml")
+    assert str(refused.value) == "deep.yaml:1:106: nested deeper than 100 levels. flatten the document"
