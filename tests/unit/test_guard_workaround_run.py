@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from rocmci import labels as label
+from rocmci import workaround_registry as wr
 from rocmci.runs import service
-from rocmci.runs import workarounds as wa
 from tests.unit.test_guard_images import _Api
 from tests.unit.test_guard_images import engine as _engine
 
@@ -24,10 +24,10 @@ WID = "rocprofiler-register-teardown"
 
 
 def checks(eng, image: str, *, no_container: bool = False, strict: bool = False):
-    registry = wa.load_registry(service.packaged_registry())
+    registry = wr.load_registry(wr.PACKAGED)
     opts = SimpleNamespace(no_container=no_container, image=image, strict=strict)
     obsolete, notes = service._workaround_checks(SimpleNamespace(vllm_src=None), registry, eng, opts, {"moe-tests"})
-    env, ids = wa.env_for(registry, "moe-tests", "high-throughput", set(obsolete))
+    env, ids = wr.env_for(registry, "moe-tests", "high-throughput", set(obsolete))
     return obsolete, notes, env, ids
 
 
