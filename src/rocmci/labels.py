@@ -43,6 +43,29 @@ VLLM_ROCSHMEM_COMMIT = "vllm.rocm.rocshmem_commit"
 VLLM_BASE_IMAGE = "vllm.rocm.base_image"
 VLLM_ROCM_VERSION = "vllm.rocm_base.dependency.rocm"
 VLLM_BASE_PYTORCH_ARCH = "vllm.rocm_base.pytorch_rocm_arch"
+# What a ci_base holds, as the labels of the image it is built on say (rocmci's own first, then the bake's):
+# a test image built on a given or reused ci_base is labelled from these, never from the checkout's pins.
+HELD = (
+    (ARCH, (ARCH, VLLM_DEEPEP_ARCH)),
+    (DEEPEP_REPO, (DEEPEP_REPO, VLLM_DEEPEP_REPO)),
+    (DEEPEP_REF, (DEEPEP_REF, VLLM_DEEPEP_COMMIT)),
+    (DEEPEP_NIC, (DEEPEP_NIC, VLLM_DEEPEP_NIC)),
+    (ROCSHMEM_REPO, (ROCSHMEM_REPO, VLLM_ROCSHMEM_REPO)),
+    (ROCSHMEM_REF, (ROCSHMEM_REF, VLLM_ROCSHMEM_COMMIT)),
+    (DEEPEP_FLAGS, (DEEPEP_FLAGS,)),
+)
+
+
+def held(labels: dict[str, str]) -> dict[str, str]:
+    """rocmci's labels for what an image holds, read from its own labels; a fact it does not state is left out."""
+    out = {}
+    for key, sources in HELD:
+        value = next((labels[s] for s in sources if labels.get(s)), None)
+        if value is not None:
+            out[key] = value
+    return out
+
+
 # Where the DeepEP arch list of an image is read, first match wins.
 ARCH_LABELS = (ARCH, VLLM_DEEPEP_ARCH)
 

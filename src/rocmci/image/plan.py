@@ -50,6 +50,10 @@ class BuildRequest:
     extra_args: dict[str, str] = field(default_factory=dict)  # --build-arg NAME=VALUE, checked in requests
     load: bool = False  # a buildx builder other than the docker driver: --load into the local store
     ci_base_digest: str | None = None  # what the given --ci-base is now, so a moved tag is a new input
+    # The labels of the given (or reused) ci_base: what the test image holds is what that image holds.
+    ci_base_labels: dict[str, str] | None = None
+    ci_base_reused: str | None = None  # why the ci_base is not built: vLLM CI's ci_base under the same content hash
+    ci_base_meta: dict[str, str] = field(default_factory=dict)  # vllm.ci_base.* / vllm.rocm.* labels, as the bake
     # Fixes (owner/repo#N) an instruction of the checkout's Dockerfile.rocm_base applies, among those the
     # workaround registry names: recorded on every tier built from the checkout, as evidence for the registry.
     rocm_fixes: tuple[str, ...] = ()
@@ -68,6 +72,7 @@ class BaseFacts:
     content_hash: str | None  # its vllm.rocm_base.content_hash label: which Dockerfile.rocm_base made it
     tier: base.BaseTier | None = None  # None: the checkout has no Dockerfile.rocm_base
     tag_only: bool = False  # a dry run that could not resolve the digest: plan on the tag, and say so
+    files_hash: str | None = None  # its vllm.rocm_base.content_files_hash label: the Dockerfile.rocm_base text
 
 
 @dataclass(frozen=True)
@@ -179,8 +184,14 @@ def _base_identity(facts: BaseFacts | None) -> tuple[str, str, dict[str, str]]:
     return ref, f"base:{facts.digest}", {label.BASE_IMAGE_DIGEST: facts.digest}
 
 
-def base_step(request: BuildRequest, tier: base.BaseTier, tag: str | None = None) -> BuildStep:
-    """Dockerfile.rocm_base built as refresh-base-image.sh builds it: the last stage, BASE_IMAGE digest-pinned."""
+def base_step(request: BuildRequest, tier: base.BaseTier, tag: str | None = None, tag_only: bool = False) -> BuildStep:
+    """Dockerfile.rocm_base built as refresh-base-image.sh builds it: the last stage, BASE_IMAGE digest-pinned.
+
+    `tag_only`: a dry run that could not learn the upstream's digest plans on its tag and says the hash is unknown.
+    """
+    if tag_only and (tier.upstream_digest is None or tier.content_hash is None):
+        unknown = "unknown-upstream-digest"
+        tier = base.BaseTier(tier.path, tier.upstream, unknown, False, unknown, tier.files_hash, tier.args)
     if tier.upstream_digest is None or tier.content_hash is None:
         raise PreflightError(
             f"the base tier's BASE_IMAGE {tier.upstream} ({base.BASE_DOCKERFILE}) is not on this engine; "
@@ -193,7 +204,7 @@ def base_step(request: BuildRequest, tier: base.BaseTier, tag: str | None = None
         "org.opencontainers.image.revision": request.vllm_commit,
         "vllm.rocm_base.metadata_version": base.METADATA_VERSION,
         base.CONTENT_HASH_LABEL: tier.content_hash,
-        "vllm.rocm_base.content_files_hash": tier.files_hash,
+        base.FILES_HASH_LABEL: tier.files_hash,
         "vllm.rocm_base.dockerfile": str(base.BASE_DOCKERFILE),
         "vllm.rocm_base.git_commit": request.vllm_commit,
         "vllm.rocm_base.base_image": tier.upstream,
@@ -226,7 +237,7 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
     if request.target == "base":
         if facts is None or facts.tier is None:
             raise UsageError(f"{request.checkout} holds no {base.BASE_DOCKERFILE}", hint="--target base builds it")
-        return BuildPlan((base_step(request, facts.tier, request.tag),))
+        return BuildPlan((base_step(request, facts.tier, request.tag, facts.tag_only),))
     df = request.dockerfile
     for needed in (request.target, "ci_base") if request.target == "test" else (request.target,):
         if df.stage(needed) is None:
@@ -255,6 +266,17 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
         # on any other base the label is left to inheritance from the base image itself (FROM keeps labels).
         same = bool(tier and tier.content_hash and facts and facts.content_hash == tier.content_hash)
         fixes = fixes_label(request) if same else {}
+        if tier and facts and tier.content_hash is None and facts.content_hash:
+            # The upstream's digest is part of the content hash: without it, only the file's own hash can tell.
+            changed = facts.files_hash is not None and facts.files_hash != tier.files_hash
+            notices.append(
+                f"{base.BASE_DOCKERFILE} "
+                + ("differs from the one BASE_IMAGE " + facts.image + " was built from (" + base.FILES_HASH_LABEL
+                   + "), but" if changed else "may differ from BASE_IMAGE " + facts.image + "'s:")
+                + f" the base tier's own BASE_IMAGE {tier.upstream} is not on this engine, so its content hash "
+                "cannot be computed and the base tier is not rebuilt; --pull reads its digest from the registry "
+                "and rebuilds the base tier when it changed"
+            )  # fmt: skip
         if tier and facts and facts.content_hash is None and facts.digest:
             notices.append(
                 f"BASE_IMAGE {facts.image} carries no {base.CONTENT_HASH_LABEL} label, so whether it matches "
@@ -310,17 +332,29 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
     if not deepep:
         final_tag = request.tag or f"{request.image_repo}:{request.target.replace('_', '-')}"
     if request.target != "test":
-        steps.append(step(request.target, common, final_tag, push=request.push))
+        only = step(request.target, common, final_tag, push=request.push)
+        if request.target == "ci_base":
+            only = BuildStep(**{**only.__dict__, "labels": {**request.ci_base_meta, **only.labels}})
+        steps.append(only)
         return BuildPlan(tuple(steps), tuple(notes), tuple(notices))
     if request.ci_base_image:
         base_ref = request.ci_base_image
         ci_identity = f"given:{request.ci_base_digest or request.ci_base_image}"
-        notes.append(f"test is built on the given ci_base {base_ref}; ci_base is not built")
-        inherited = DeepEPCheck(listing, f"the given ci_base {base_ref}",
-                                f"give a --ci-base whose DeepEP is built for {listing}, or leave --ci-base out")
+        if request.ci_base_reused:
+            notes.append(f"test is built on {base_ref}: {request.ci_base_reused}; ci_base is not built")
+            fix = "rebuild with --force after removing that image, or pass --ci-base with a ci_base built for it"
+        else:
+            notes.append(f"test is built on the given ci_base {base_ref}; ci_base is not built")
+            fix = f"give a --ci-base whose DeepEP is built for {listing}, or leave --ci-base out"
+        inherited = DeepEPCheck(listing, f"the ci_base {base_ref}", fix)
+        # Labelled from what that image holds: the checkout's pins and the requested list would be claims.
+        for key, _ in label.HELD:
+            labels.pop(key, None)
+        labels.update(label.held(request.ci_base_labels or {}))
     else:
         ci_tag = image_tag(request.image_repo, "ci_base", request.archs, request.vllm_archs)
         ci = step("ci_base", common, ci_tag)
+        ci = BuildStep(**{**ci.__dict__, "labels": {**request.ci_base_meta, **ci.labels}})
         steps.append(ci)
         base_ref, ci_identity = ci_tag, f"built:{ci.input_hash}"
         notes.append(f"ci_base {ci_tag} is reused when its {INPUT_HASH_LABEL} label matches {ci.input_hash}")

@@ -196,9 +196,12 @@ def extra_build_args(df: vd.VllmDockerfile, pairs: tuple[tuple[str, str], ...]) 
     return out
 
 
-def base_facts(s, co: Checkout, engine, *, resolve: bool) -> planmod.BaseFacts | None:
-    """What BASE_IMAGE and the base tier's own BASE_IMAGE are on the engine now (None: not asked, a dry run
-    without an engine)."""
+def base_facts(s, co: Checkout, engine, *, resolve: bool, from_registry: bool = False) -> planmod.BaseFacts | None:
+    """What BASE_IMAGE and the base tier's own BASE_IMAGE are now (None: not asked, a dry run without an engine).
+
+    `from_registry` (--pull): a tag's digest is the registry's, so a republished tag is seen even before
+    (or without, in a dry run) pulling it; the local copy's identity otherwise.
+    """
     from rocmci.errors import EngineError
     from rocmci.image import base
 
@@ -207,6 +210,10 @@ def base_facts(s, co: Checkout, engine, *, resolve: bool) -> planmod.BaseFacts |
     def digest_of(ref: str) -> tuple[str | None, bool]:
         if "@sha256:" in ref:
             return ref.rsplit("@", 1)[1], True
+        if from_registry:
+            remote = engine.registry_digest(ref)
+            if remote:
+                return remote, True
         attrs = engine.image_attrs(ref)
         found = engine.image_digest(ref) if attrs else None
         pinnable = bool(found) and found != (attrs or {}).get("Id")
@@ -221,13 +228,14 @@ def base_facts(s, co: Checkout, engine, *, resolve: bool) -> planmod.BaseFacts |
         return None
     labels = ((attrs or {}).get("Config") or {}).get("Labels") or {}
     tier = base.tier(co.path, digest_of)
-    return planmod.BaseFacts(image, digest, pinnable, labels.get(base.CONTENT_HASH_LABEL), tier)
+    return planmod.BaseFacts(image, digest, pinnable, labels.get(base.CONTENT_HASH_LABEL), tier,
+                             files_hash=labels.get(base.FILES_HASH_LABEL))  # fmt: skip
 
 
 def build_request(
     s, co: Checkout, req: checkmod.ArchRequest, *, target: str, tag: str | None, ci_base: str | None,
     push: bool, force: bool, base: planmod.BaseFacts | None = None, extra_args: dict[str, str] | None = None,
-    load: bool = False, ci_base_digest: str | None = None,
+    load: bool = False, ci_base_digest: str | None = None, ci_base_labels: dict[str, str] | None = None,
 ) -> planmod.BuildRequest:
     labels, overrides = pins(s)  # --tag and --ci-base were checked as image references when parsed
     return planmod.BuildRequest(
@@ -249,6 +257,7 @@ def build_request(
         extra_args=extra_args or {},
         load=load,
         ci_base_digest=ci_base_digest,
+        ci_base_labels=ci_base_labels,
         rocm_fixes=rocm_fixes(co.path),
     )
 
