@@ -18,6 +18,7 @@ TARGET = "rocmci.target"
 ARCH = "rocmci.arch"  # DEEPEP_ROCM_ARCH, canonical ';' list
 VLLM_ARCH = "rocmci.vllm.arch"
 VLLM_COMMIT = "rocmci.vllm.commit"
+VLLM_DIRTY = "rocmci.vllm.dirty"  # "true": the checkout had local changes at build time (the commit is HEAD)
 BASE_IMAGE = "rocmci.base-image"
 BASE_IMAGE_DIGEST = "rocmci.base-image.digest"  # registry digest or image ID BASE_IMAGE had at build time
 CI_BASE_IMAGE = "rocmci.ci-base-image"
@@ -84,6 +85,7 @@ INSPECT_ROWS: tuple[tuple[str, ...], ...] = (
     ("DeepEP setup flags", DEEPEP_FLAGS),
     ("rocSHMEM", ROCSHMEM_REPO, ROCSHMEM_REF),
     ("vLLM commit", VLLM_COMMIT),
+    ("vLLM checkout had local changes", VLLM_DIRTY),
     ("base image", BASE_IMAGE, BASE_IMAGE_DIGEST),
     ("CI base image", CI_BASE_IMAGE),
     ("retargeted from", RETARGET_FROM),

@@ -116,6 +116,8 @@ def build_step(step: BuildStep, engine: Engine, *, live: bool, log: Callable[[st
     started = time.monotonic()
     if not step.force and is_current(step, engine):
         log(f"{step.tag} is up to date ({INPUT_HASH_LABEL} {step.input_hash}); nothing to build (--force rebuilds)")
+        if step.push:  # up to date here says nothing of the registry: a push that failed last time is retried
+            push(step, engine, log, log)
         return BuildResult(step.tag, False, time.monotonic() - started)
     parser = ProgressParser()
     tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -148,12 +150,16 @@ def build_step(step: BuildStep, engine: Engine, *, live: bool, log: Callable[[st
     if step.deepep_check is not None:  # before any push: nothing that fails it leaves this engine
         check_deepep(step, engine, log)
     if step.push:
-        log(f"pushing {step.tag}")
-        code = engine.stream(step.push_argv(engine.client), lambda line: progress(line, parser))
-        if code != 0:
-            raise BuildError(f"docker push {step.tag} failed with exit {code}", hint="check registry login")
+        push(step, engine, log, lambda line: progress(line, parser))
     ran, cached = parser.counts()
     return BuildResult(step.tag, True, time.monotonic() - started, ran, cached)
+
+
+def push(step: BuildStep, engine: Engine, log: Callable[[str], None], on_line: Callable[[str], None]) -> None:
+    log(f"pushing {step.tag}")
+    code = engine.stream(step.push_argv(engine.client), on_line)
+    if code != 0:
+        raise BuildError(f"docker push {step.tag} failed with exit {code}", hint="check registry login")
 
 
 def check_deepep(step: BuildStep, engine: Engine, log: Callable[[str], None]) -> None:

@@ -41,6 +41,7 @@ class BuildRequest:
     image_repo: str
     vllm_commit: str
     target: str = "test"
+    vllm_dirty: bool | None = None  # local changes in the checkout: its own label, never a "-dirty" commit
     tag: str | None = None
     ci_base_image: str | None = None  # an existing ci_base to build `test` on, instead of building one
     network: str | None = None
@@ -189,8 +190,9 @@ def base_step(request: BuildRequest, tier: base.BaseTier, tag: str | None = None
 
     `tag_only`: a dry run that could not learn the upstream's digest plans on its tag and says the hash is unknown.
     """
-    if tag_only and (tier.upstream_digest is None or tier.content_hash is None):
-        unknown = "unknown-upstream-digest"
+    unresolved = tag_only and (tier.upstream_digest is None or tier.content_hash is None)
+    if unresolved:  # shown, never built: the tag and hash say what is missing
+        unknown = "unknown-without-the-upstream-digest"
         tier = base.BaseTier(tier.path, tier.upstream, unknown, False, unknown, tier.files_hash, tier.args)
     if tier.upstream_digest is None or tier.content_hash is None:
         raise PreflightError(
@@ -207,6 +209,7 @@ def base_step(request: BuildRequest, tier: base.BaseTier, tag: str | None = None
         base.FILES_HASH_LABEL: tier.files_hash,
         "vllm.rocm_base.dockerfile": str(base.BASE_DOCKERFILE),
         "vllm.rocm_base.git_commit": request.vllm_commit,
+        **({} if request.vllm_dirty is None else {label.VLLM_DIRTY: str(request.vllm_dirty).lower()}),
         "vllm.rocm_base.base_image": tier.upstream,
         "vllm.rocm_base.base_image_digest": tier.upstream_digest,
         "vllm.rocm_base.pytorch_rocm_arch": tier.args.get("PYTORCH_ROCM_ARCH", ""),
@@ -216,7 +219,8 @@ def base_step(request: BuildRequest, tier: base.BaseTier, tag: str | None = None
     }
     return BuildStep(
         target="base",
-        tag=tag or f"{request.image_repo}:base-{tier.content_hash[:12]}",
+        tag=tag or f"{request.image_repo}:base-" + (f"files-{tier.files_hash[:12]}" if unresolved
+                                                       else tier.content_hash[:12]),
         dockerfile=tier.path,
         context=request.checkout,
         build_args={"BASE_IMAGE": ref, "USE_SCCACHE": base.USE_SCCACHE},
@@ -298,6 +302,7 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
         **fixes,
         label.VLLM_COMMIT: request.vllm_commit,
         "org.opencontainers.image.revision": request.vllm_commit,
+        **({} if request.vllm_dirty is None else {label.VLLM_DIRTY: str(request.vllm_dirty).lower()}),
     }
 
     listing = archmod.canonical(request.archs)
@@ -346,7 +351,8 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
         else:
             notes.append(f"test is built on the given ci_base {base_ref}; ci_base is not built")
             fix = f"give a --ci-base whose DeepEP is built for {listing}, or leave --ci-base out"
-        inherited = DeepEPCheck(listing, f"the ci_base {base_ref}", fix)
+        how = "reused" if request.ci_base_reused else "given"
+        inherited = DeepEPCheck(listing, f"the {how} ci_base {base_ref}", fix)
         # Labelled from what that image holds: the checkout's pins and the requested list would be claims.
         for key, _ in label.HELD:
             labels.pop(key, None)

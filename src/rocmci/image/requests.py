@@ -115,24 +115,34 @@ def refusal(
     )
 
 
-def vllm_commit(path: Path) -> str:
-    """The checkout's commit, marked -dirty with local changes; the tree's content is hashed separately."""
-    # The checkout's own repository only: without a ceiling, git walks up and would label a plain copy of
-    # vLLM's files with the commit of whatever repository encloses it (a home folder under git, a CI workspace).
+def _git(path: Path, *args: str) -> subprocess.CompletedProcess | None:
+    """git in the checkout's own repository only: without a ceiling, git walks up and would label a plain copy
+    of vLLM's files with the commit of whatever repository encloses it (a home folder under git, a CI
+    workspace). safe.directory for this one path: a checkout owned by another user (a CI agent's, a bind
+    mount) is still read, rather than labelled "unknown" while git knows its commit."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(os.path.realpath(path))
     try:
-        done = subprocess.run(
-            ["git", "-C", str(path), "describe", "--always", "--dirty", "--abbrev=40"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=30,
-            env=env,
-        )
+        return subprocess.run(
+            ["git", "-c", f"safe.directory={os.path.realpath(path)}", "-C", str(path), *args],
+            capture_output=True, text=True, check=False, timeout=30, env=env,
+        )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown (not a git checkout)"
+        return None
+
+
+def vllm_commit(path: Path) -> str:
+    """The checkout's commit (full sha); local changes are said by vllm_dirty, in a label of their own, so
+    org.opencontainers.image.revision is always a commit git can show."""
+    done = _git(path, "rev-parse", "--verify", "HEAD")
+    text = done.stdout.strip() if done and done.returncode == 0 else ""
+    return text if re.fullmatch(r"[0-9a-f]{40,64}", text) else "unknown (not a git checkout)"
+
+
+def vllm_dirty(path: Path) -> bool | None:
+    """Whether the checkout has local changes (tracked or untracked); None when git cannot say."""
+    done = _git(path, "status", "--porcelain", "--untracked-files=normal")
+    return bool(done.stdout.strip()) if done and done.returncode == 0 else None
 
 
 def _no_credentials(name: str, value: str, where: str) -> str:
@@ -247,6 +257,7 @@ def build_request(
         overrides=overrides,
         image_repo=s.image_repo,
         vllm_commit=vllm_commit(co.path),
+        vllm_dirty=vllm_dirty(co.path),
         target=target,
         tag=tag,
         ci_base_image=ci_base,

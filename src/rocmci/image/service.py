@@ -112,17 +112,19 @@ def build(v) -> int:
     extra_args = requests.extra_build_args(co.dockerfile, v.build_arg)
     engine = Engine(s.docker)
     notes: list[str] = []
+    preflight: list[str] = []  # a dry run's "# preflight:" lines: what would stop the build, or was not checked
     reachable = True
     try:
         engine.server_version()
-    except EngineError:
+    except EngineError as exc:
         if not v.dry_run:
             raise
         reachable = False
+        preflight.append(f"not checked: {exc.message}: BuildKit features, BASE_IMAGE's digest and the builder")
         notes.append("the engine is not reachable: BuildKit features, BASE_IMAGE's digest and the builder "
                      "were not checked")  # fmt: skip
     if reachable and v.target != "base":
-        _require_features(engine, co.dockerfile, notes)
+        _preflight(lambda: _require_features(engine, co.dockerfile, notes), v.dry_run, preflight)
     if v.pull and reachable and v.target != "base":
         _pull(engine, s.require("base_image"), v.dry_run, "BASE_IMAGE", notes)
     facts = requests.base_facts(s, co, engine, resolve=reachable, from_registry=v.pull)
@@ -131,7 +133,8 @@ def build(v) -> int:
 
         facts = planmod.BaseFacts(s.require("base_image"), None, False, None,
                                   basemod.tier(co.path, lambda ref: (None, False)), tag_only=True)  # fmt: skip
-    if v.dry_run and facts is not None and facts.digest is None:
+        notes.append(f"BASE_IMAGE {facts.image} was not looked up (no engine): the hashes shown use its tag")
+    if v.dry_run and reachable and facts is not None and facts.digest is None:
         notes.append(f"BASE_IMAGE {facts.image} is not on this engine: a build refuses to key reuse on a tag "
                      "(--pull fetches it); the hashes shown use its tag")  # fmt: skip
         facts = replace(facts, tag_only=True)
@@ -163,9 +166,12 @@ def build(v) -> int:
         from rocmci.checkout import BASE_DOCKERFILE
         from rocmci.checkout import load as load_dockerfile
 
-        _require_features(engine, load_dockerfile(co.path, BASE_DOCKERFILE), notes)
+        _preflight(lambda: _require_features(engine, load_dockerfile(co.path, BASE_DOCKERFILE), notes), v.dry_run,
+                   preflight)  # fmt: skip
     if v.dry_run:
         client = _client(engine)
+        for line in preflight:
+            print(f"# preflight: {line}")
         commands = []
         for step in plan.steps:
             note = f"{step.target}: skipped when {step.tag} carries {label.INPUT_HASH}={step.input_hash}"
@@ -186,6 +192,18 @@ def build(v) -> int:
 
     run_build(plan, engine, live=_live(), log=eprint)
     return 0
+
+
+def _preflight(check, dry_run: bool, lines: list[str]) -> None:
+    """Run a check that refuses the build; a dry run prints its refusal as a `# preflight:` line and goes on."""
+    from rocmci.errors import RocmciError
+
+    try:
+        check()
+    except RocmciError as exc:
+        if not dry_run:
+            raise
+        lines.append(f"the build would stop here (exit {exc.exit_code}): {exc.one_line()}")
 
 
 def _pull(engine, ref: str, dry_run: bool, what: str, notes: list[str]) -> None:
