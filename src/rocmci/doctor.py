@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rocmci import gpus as gpumod
 from rocmci import labels as label
-from rocmci.engine import START_HINT
+from rocmci.engine import NO_BUILDER_HINT, START_HINT
 from rocmci.errors import EngineError, PreflightError, UsageError
 from rocmci.report import plural
 
@@ -67,7 +67,7 @@ def engine_checks(engine, image_ref: str | None, want_buildkit: bool) -> list[Ch
     checks = [Check("docker engine", True, f"server {version}, client {engine.client}")]
     if want_buildkit:
         ok, detail = engine.buildkit_works()
-        checks.append(Check("buildkit", ok, detail, "use a docker client < 23 or one with the buildx plugin"))
+        checks.append(Check("buildkit", ok, detail, NO_BUILDER_HINT))
     else:
         checks.append(Check("buildkit", True, "not checked (use --for build)"))
     labels = engine.image_labels(image_ref) if image_ref else None

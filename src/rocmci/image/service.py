@@ -123,7 +123,9 @@ def build(v) -> int:
         preflight.append(f"not checked: {exc.message}: BuildKit features, BASE_IMAGE's digest and the builder")
         notes.append("the engine is not reachable: BuildKit features, BASE_IMAGE's digest and the builder "
                      "were not checked")  # fmt: skip
-    if reachable and v.target != "base":
+    if reachable:  # the positive control: a file any BuildKit builder must accept, built for real
+        _preflight(lambda: _require_buildkit(engine), v.dry_run, preflight)
+    if reachable and v.target != "base" and not preflight:
         _preflight(lambda: _require_features(engine, co.dockerfile, notes), v.dry_run, preflight)
     if v.pull and reachable and v.target != "base":
         _pull(engine, s.require("base_image"), v.dry_run, "BASE_IMAGE", notes)
@@ -192,6 +194,15 @@ def build(v) -> int:
 
     run_build(plan, engine, live=_live(), log=eprint)
     return 0
+
+
+def _require_buildkit(engine) -> None:
+    from rocmci.engine import NO_BUILDER_HINT
+    from rocmci.errors import PreflightError
+
+    ok, detail = engine.buildkit_works()
+    if not ok:
+        raise PreflightError(f"{engine.client} cannot build an image with BuildKit: {detail}", hint=NO_BUILDER_HINT)
 
 
 def _preflight(check, dry_run: bool, lines: list[str]) -> None:
