@@ -105,6 +105,20 @@ def features_check(engine, checkout: Path | None, engine_ok: bool) -> Check:
     return Check(name, True, f"{df.display}: {used}; all accepted by {engine.client}")
 
 
+def tiers_check(engine, s, engine_ok: bool) -> Check:
+    """Which path image.build's tiers take from one to the next on the builder `docker build` reaches."""
+    if not engine_ok:
+        return Check("tier chaining", False, "engine not reachable", START_HINT)
+    from rocmci.image.plan import tier_chain
+
+    try:
+        builder = engine.builder()
+    except EngineError as exc:
+        return Check("tier chaining", False, exc.message, exc.hint or "")
+    chain = tier_chain(s, builder)
+    return Check("tier chaining", True, f"{chain.kind} on {chain.builder}: {chain.describe()}")
+
+
 def disk_check(path: Path) -> Check:
     free = shutil.disk_usage(path).free / 2**30
     return Check(

@@ -154,6 +154,13 @@ REGISTRY: tuple[Setting, ...] = (
         pattern_hint="a repository such as registry.example:5000/rocmci-cache (no tag)",
     ),
     Setting(
+        "tier_chain",
+        "how a tier reaches the next one's FROM: auto (by the builder's driver), store, registry "
+        "(image_cache_registry) or context (OCI layouts as named build contexts)",
+        default="auto",
+        choices=("auto", "store", "registry", "context"),
+    ),
+    Setting(
         "image",
         "image to run workloads in (empty: the tag `image.build` makes)",
         default="",

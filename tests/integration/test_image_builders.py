@@ -47,3 +47,31 @@ def test_a_client_that_cannot_build_at_all_is_refused_up_front_in_its_own_words(
     # The real client on this engine passes the same control.
     real = run_invoke("image.build", "--vllm-src", str(tree), "-n", env={**env, "ROCMCI_DOCKER": "auto"})
     assert real.returncode == 0 and "# preflight" not in real.stdout
+
+
+def test_the_registry_chain_pushes_each_tier_and_the_next_starts_from_it_there(engine, tmp_path, registry):
+    """tier_chain=registry on this engine's own builder (the one path of a container builder it can run)."""
+    import uuid
+
+    from tests.integration.test_image_tiers import built
+
+    tree = tmp_path / "vllm"
+    shutil.copytree(STANDIN, tree)
+    repo = f"rocmci-test/chain-{uuid.uuid4().hex[:8]}"
+    cache = f"{registry}/{repo}-cache"
+    env = {"CI": "true", "ROCMCI_IMAGE_REPO": repo, "ROCMCI_BUILD_NETWORK": "none", "ROCMCI_TIER_CHAIN": "registry",
+           "ROCMCI_IMAGE_CACHE_REGISTRY": cache}  # fmt: skip
+    try:
+        dry = run_invoke("image.build", "--vllm-src", str(tree), "-n", env=env)
+        assert dry.returncode == 0 and f"--tag {cache}:ci-base-" in " ".join(dry.stdout.split())
+        done = run_invoke("image.build", "--vllm-src", str(tree), env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        tiers = built(done.stderr)
+        assert list(tiers) == ["ci_base", "test"] and tiers["ci_base"].startswith(f"{cache}:ci-base-")
+        assert f"pushing {tiers['ci_base']}" in done.stderr and engine.registry_digest(tiers["ci_base"])
+        assert engine.image_labels(tiers["test"])["rocmci.ci-base-image"] == tiers["ci_base"]
+    finally:
+        for name in (repo, cache):
+            tags = engine.cli("images", "--format", "{{.Repository}}:{{.Tag}}", name, check=False).stdout.split()
+            if tags:
+                engine.cli("rmi", *tags, check=False)

@@ -55,6 +55,7 @@ class BuildRequest:
     ci_base_labels: dict[str, str] | None = None
     ci_base_reused: str | None = None  # why the ci_base is not built: vLLM CI's ci_base under the same content hash
     ci_base_meta: dict[str, str] = field(default_factory=dict)  # vllm.ci_base.* / vllm.rocm.* labels, as the bake
+    chain: Chain | None = None  # how a tier reaches the next one's FROM (None: the local image store)
     # Fixes (owner/repo#N) an instruction of the checkout's Dockerfile.rocm_base applies, among those the
     # workaround registry names: recorded on every tier built from the checkout, as evidence for the registry.
     rocm_fixes: tuple[str, ...] = ()
@@ -91,6 +92,8 @@ class BuildStep:
     stage: str | None = ""  # the --target given to docker; "" means `target`, None means none (the last stage)
     load: bool = False
     deepep_check: DeepEPCheck | None = None  # the image holds DeepEP: its code objects are checked once built
+    contexts: dict[str, str] = field(default_factory=dict)  # --build-context NAME=SOURCE (a tier not in the store)
+    output: str | None = None  # --output: the tier goes to an OCI layout for the next tier, not to the store
 
     def argv(self, client: str) -> list[str]:
         argv = [client, "build", "--file", str(self.dockerfile)]
@@ -102,9 +105,13 @@ class BuildStep:
             argv += ["--build-arg", f"{key}={value}"]
         for key, value in self.labels.items():
             argv += ["--label", f"{key}={value}"]
+        for name, source in self.contexts.items():
+            argv += ["--build-context", f"{name}={source}"]
         if self.network:
             argv += ["--network", self.network]
-        if self.load:
+        if self.output:
+            argv += ["--output", self.output]
+        elif self.load:
             argv.append("--load")  # a container builder keeps results in its own cache without it
         # Plain progress is parsed to name a failing step and count cached ones.
         argv += ["--progress", "plain", str(self.context)]
@@ -112,6 +119,78 @@ class BuildStep:
 
     def push_argv(self, client: str) -> list[str]:
         return [client, "push", self.tag]
+
+
+STORE, REGISTRY, CONTEXT = "store", "registry", "context"
+
+
+@dataclass(frozen=True)
+class Chain:
+    """How one tier reaches the next tier's FROM, per builder (vLLM's bake does it with `contexts` in one bake).
+
+    store: the docker driver (or the classic builder) reads the local image store, so a tier's tag is enough.
+    registry: a docker-container or remote builder cannot read the local store; each tier is pushed to the
+        registry the user named (image_cache_registry) and the next tier starts FROM it there.
+    context: no registry named: a tier is written as an OCI layout (--output type=oci) and handed to the next
+        as a named build context (--build-context NAME=oci-layout://...).
+    """
+
+    kind: str
+    builder: str = ""  # "name (driver)", for messages
+    registry: str = ""  # image_cache_registry, for REGISTRY
+    layouts: Path | None = None  # where OCI layouts go, for CONTEXT
+
+    def describe(self) -> str:
+        if self.kind == REGISTRY:
+            return f"each tier is pushed to {self.registry} and the next starts FROM it there"
+        if self.kind == CONTEXT:
+            return (f"each tier is written as an OCI layout under {self.layouts} and handed to the next as a named "
+                    "build context (--build-context NAME=oci-layout://...); set image_cache_registry to chain "
+                    "through a registry instead")  # fmt: skip
+        return "each tier is in the local image store, and the next starts FROM its tag"
+
+
+def chain_for(driver: str | None, name: str, registry: str, layouts: Path, forced: str = "auto") -> Chain:
+    """The docker driver (or no buildx: the engine's own builder) reads the store; any other driver does not.
+
+    `forced` (the tier_chain setting): a kind chosen by the user instead; registry needs image_cache_registry.
+    """
+    shown = f"{name} ({driver})" if driver else "the engine's builder"
+    if forced == REGISTRY:
+        if not registry:
+            raise UsageError("tier_chain is 'registry' but image_cache_registry is empty",
+                             hint="set ROCMCI_IMAGE_CACHE_REGISTRY to a registry repository, e.g. "
+                             "localhost:5000/rocmci-tiers")  # fmt: skip
+        return Chain(REGISTRY, shown, registry=registry)
+    if forced in (STORE, CONTEXT):
+        return Chain(forced, shown, layouts=layouts if forced == CONTEXT else None)
+    if driver in (None, "docker"):
+        return Chain(STORE, f"{name} ({driver})" if driver else "the engine's builder")
+    if registry:
+        return Chain(REGISTRY, f"{name} ({driver})", registry=registry)
+    return Chain(CONTEXT, f"{name} ({driver})", layouts=layouts)
+
+
+def tier_chain(s, builder: tuple[str, str] | None) -> Chain:
+    """The chain for settings `s` on `builder` (name, driver; None: no buildx), for image.build and doctor alike."""
+    name, driver = builder if builder else ("", None)
+    return chain_for(driver, name, s.image_cache_registry, s.path("results_dir") / "tiers", s.tier_chain)
+
+
+def chained(step: BuildStep, chain: Chain | None, name: str) -> tuple[BuildStep, str, dict[str, str]]:
+    """The step as the chain builds it, the reference the next tier starts FROM, and the contexts it needs."""
+    from dataclasses import replace
+
+    if chain is None or chain.kind == STORE:
+        return step, step.tag, {}
+    if chain.kind == REGISTRY:
+        ref = f"{chain.registry}:{step.tag.rsplit(':', 1)[1]}"
+        return replace(step, tag=ref, push=True), ref, {}  # --load as the builder needs it (request.load)
+    assert chain.layouts is not None
+    layout = chain.layouts / name
+    # Not in the store: no reuse by label and no code-object check here (the last tier, loaded, is checked).
+    out = replace(step, output=f"type=oci,dest={layout},tar=false", load=False, deepep_check=None, force=True)
+    return out, f"rocmci-tier-{name}", {f"rocmci-tier-{name}": f"oci-layout://{layout}"}
 
 
 @dataclass(frozen=True)
@@ -252,12 +331,13 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
     notes: list[str] = []
     notices: list[str] = []
     steps: list[BuildStep] = []
+    carried: dict[str, str] = {}  # named contexts every later tier needs (a base tier not in the store)
     tier = facts.tier if facts else None
     if tier and tier.content_hash and facts and facts.content_hash and facts.content_hash != tier.content_hash:
         # refresh-base-image.sh's trigger, by content: BASE_IMAGE was built from another Dockerfile.rocm_base.
-        first = base_step(request, tier)
+        first, base_ref, carried = chained(base_step(request, tier), request.chain, "base")
         steps.append(first)
-        base_ref, base_identity, base_labels = first.tag, f"base:built:{tier.content_hash}", {}
+        base_identity, base_labels = f"base:built:{tier.content_hash}", {}
         fixes = fixes_label(request)
         notices.append(
             f"BASE_IMAGE {facts.image} was built from another {base.BASE_DOCKERFILE} ({base.CONTENT_HASH_LABEL} "
@@ -331,6 +411,7 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
             force=request.force,
             load=request.load,
             deepep_check=check,
+            contexts=dict(carried),
         )
 
     final_tag = request.tag or image_tag(request.image_repo, request.target, request.archs, request.vllm_archs)
@@ -361,8 +442,10 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
         ci_tag = image_tag(request.image_repo, "ci_base", request.archs, request.vllm_archs)
         ci = step("ci_base", common, ci_tag)
         ci = BuildStep(**{**ci.__dict__, "labels": {**request.ci_base_meta, **ci.labels}})
+        ci, base_ref, contexts = chained(ci, request.chain, "ci_base")
+        carried.update(contexts)
         steps.append(ci)
-        base_ref, ci_identity = ci_tag, f"built:{ci.input_hash}"
+        ci_tag, ci_identity = ci.tag, f"built:{ci.input_hash}"
         notes.append(f"ci_base {ci_tag} is reused when its {INPUT_HASH_LABEL} label matches {ci.input_hash}")
         inherited = DeepEPCheck(listing, f"{in_file}, in ci_base {ci_tag}")
     test = step("test", {**common, "CI_BASE_IMAGE": base_ref}, final_tag, extra=ci_identity, push=request.push,

@@ -246,6 +246,7 @@ def build_request(
     s, co: Checkout, req: checkmod.ArchRequest, *, target: str, tag: str | None, ci_base: str | None,
     push: bool, force: bool, base: planmod.BaseFacts | None = None, extra_args: dict[str, str] | None = None,
     load: bool = False, ci_base_digest: str | None = None, ci_base_labels: dict[str, str] | None = None,
+    chain: planmod.Chain | None = None,
 ) -> planmod.BuildRequest:
     labels, overrides = pins(s)  # --tag and --ci-base were checked as image references when parsed
     return planmod.BuildRequest(
@@ -269,6 +270,7 @@ def build_request(
         load=load,
         ci_base_digest=ci_base_digest,
         ci_base_labels=ci_base_labels,
+        chain=chain,
         rocm_fixes=rocm_fixes(co.path),
     )
 

@@ -142,9 +142,10 @@ def build(v) -> int:
         facts = replace(facts, tag_only=True)
     builder = _builder(engine) if reachable else None
     load = builder is not None and builder[1] != "docker"
+    chain = planmod.tier_chain(s, builder)
     if builder is not None:
         how = "--load puts each result in the local image store" if load else "results land in the image store"
-        notes.append(f"buildx builder {builder[0]} (driver {builder[1]}): {how}")
+        notes.append(f"buildx builder {builder[0]} (driver {builder[1]}): {how}; {chain.describe()}")
     ci_base = v.ci_base
     if ci_base and reachable and v.pull:
         _pull(engine, ci_base, v.dry_run, "the given ci_base", notes)
@@ -154,7 +155,7 @@ def build(v) -> int:
         raise UsageError(f"--ci-base {ci_base} is not on this engine", hint="pull it, or add --pull")
     request = requests.build_request(
         s, co, req, target=v.target, tag=v.tag, ci_base=ci_base, push=v.push, force=v.force, base=facts,
-        extra_args=extra_args, load=load, ci_base_digest=ci_digest, ci_base_labels=ci_labels,
+        extra_args=extra_args, load=load, ci_base_digest=ci_digest, ci_base_labels=ci_labels, chain=chain,
     )  # fmt: skip
     plan = planmod.plan_build(request)
     ci_step = next((st for st in plan.steps if st.target == "ci_base"), None)
@@ -191,6 +192,9 @@ def build(v) -> int:
     for note in (*notes, *plan.notices):
         eprint(f"note: {note}")
     from rocmci.image.build import build as run_build
+
+    if chain.layouts is not None:
+        chain.layouts.mkdir(parents=True, exist_ok=True)
 
     run_build(plan, engine, live=_live(), log=eprint)
     return 0
