@@ -69,11 +69,27 @@ def held(labels: dict[str, str]) -> dict[str, str]:
 
 # Where the DeepEP arch list of an image is read, first match wins.
 ARCH_LABELS = (ARCH, VLLM_DEEPEP_ARCH)
+# Written by image.build only after the built image's DeepEP code objects were read and matched the request:
+# what is inside, verified, where ARCH_LABELS only declare what was asked for.
+EVIDENCE_ARCH = "rocmci.evidence.deepep-arch"
+
+
+def image_arch(labels) -> tuple[str | None, str]:
+    """DeepEP's arch list of an image and where it was read: the evidence label first, else a declared one."""
+    value = (labels.get(EVIDENCE_ARCH) or "").strip()
+    if value:
+        return value, f"label {EVIDENCE_ARCH}: DeepEP's code objects, read after the build"
+    for key in ARCH_LABELS:
+        value = (labels.get(key) or "").strip()
+        if value:
+            return value, f"label {key}, declared: no {EVIDENCE_ARCH} (code objects not verified)"
+    return None, f"no {' or '.join((EVIDENCE_ARCH, *ARCH_LABELS))} label"
 
 # What `image.inspect` shows, in order: (title, label keys joined with " @ ").
 INSPECT_ROWS: tuple[tuple[str, ...], ...] = (
     ("target", TARGET),
     ("archs (DEEPEP_ROCM_ARCH)", ARCH),
+    ("archs verified (DeepEP code objects)", EVIDENCE_ARCH),
     ("vLLM CI: DeepEP archs", VLLM_DEEPEP_ARCH),
     ("vLLM CI: PyTorch archs", VLLM_PYTORCH_ARCH),
     ("vLLM CI: DeepEP", VLLM_DEEPEP_REPO, VLLM_DEEPEP_COMMIT),

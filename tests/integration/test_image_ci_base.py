@@ -83,6 +83,7 @@ def test_a_ci_base_published_under_its_content_hash_is_reused_and_a_moved_tag_is
     assert test_labels["rocmci.ci-base-image"] == published
     assert test_labels["rocmci.arch"] == "gfx942;gfx950"  # read from the ci_base's labels
     assert "checked " + test_tag in first.stderr  # the DeepEP evidence of what it inherited
+    assert test_labels["rocmci.evidence.deepep-arch"] == "gfx942;gfx950"  # written from the code objects read
 
     again = run_invoke("image.build", "--vllm-src", str(tree), env=settings)
     assert again.returncode == 0 and not built(again.stderr) and "is up to date" in again.stderr

@@ -182,6 +182,22 @@ def check_deepep(step: BuildStep, engine: Engine, log: Callable[[str], None]) ->
             said = f"untagging {step.tag} failed ({why}): remove it with `docker rmi {step.tag}`"
         raise type(exc)(exc.message, hint=f"{said}; {exc.hint}" if exc.hint else said) from None
     log(f"checked {step.tag}: DeepEP code objects for {';'.join(found)}, as requested")
+    record_evidence(step.tag, ";".join(found), engine)
+
+
+def record_evidence(tag: str, archs: str, engine: Engine) -> None:
+    """Label the image with what its code objects hold (a LABEL-only build on top: no layer, the same files),
+    so run preflight reads a verified list rather than the requested one."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="rocmci-evidence-") as ctx:
+        with open(f"{ctx}/Dockerfile", "w", encoding="utf-8") as fh:
+            fh.write(f"FROM {tag}\nLABEL {evidence.EVIDENCE_LABEL}=\"{archs}\"\n")
+        code = engine.stream([engine.client, "build", "--network", "none", "-q", "--tag", tag, ctx], lambda _: None,
+                             env=engine.build_env)  # fmt: skip
+    if code != 0:
+        raise BuildError(f"{tag} checks out but its evidence label could not be written (docker build exit {code})",
+                         hint="rerun with --force")  # fmt: skip
 
 
 def build(plan: BuildPlan, engine: Engine, *, live: bool, log: Callable[[str], None]) -> list[BuildResult]:

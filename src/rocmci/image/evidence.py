@@ -14,6 +14,8 @@ from rocmci import labels as label
 from rocmci import packaged, verify
 from rocmci.errors import BuildError
 
+EVIDENCE_LABEL = label.EVIDENCE_ARCH
+
 
 @dataclass(frozen=True)
 class DeepEPCheck:
