@@ -387,6 +387,7 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
 
     listing = archmod.canonical(request.archs)
     in_file = f"stage {vd.DEEPEP_STAGE} of {df.display}"
+    rocshmem_in_file = f"stage {vd.ROCSHMEM_STAGE} of {df.display}"
 
     def step(
         target: str, args: dict[str, str], tag: str, extra: str = "", push: bool = False,
@@ -397,7 +398,7 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
         digest_ = input_hash(df, stages, args, target, tree, f"{base_identity}\0{extra}")
         # Evidence for every tier that holds DeepEP: built in this step (its stage is reached), or inherited.
         builds = deepep and any(s.name == vd.DEEPEP_STAGE for s in stages)
-        check = DeepEPCheck(listing, in_file) if builds else inherited
+        check = DeepEPCheck(listing, in_file, rocshmem_stage=rocshmem_in_file) if builds else inherited
         return BuildStep(
             target=target,
             tag=tag,
@@ -447,7 +448,8 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
         steps.append(ci)
         ci_tag, ci_identity = ci.tag, f"built:{ci.input_hash}"
         notes.append(f"ci_base {ci_tag} is reused when its {INPUT_HASH_LABEL} label matches {ci.input_hash}")
-        inherited = DeepEPCheck(listing, f"{in_file}, in ci_base {ci_tag}")
+        inherited = DeepEPCheck(listing, f"{in_file}, in ci_base {ci_tag}",
+                                rocshmem_stage=f"{rocshmem_in_file}, in ci_base {ci_tag}")
     test = step("test", {**common, "CI_BASE_IMAGE": base_ref}, final_tag, extra=ci_identity, push=request.push,
                 inherited=inherited)  # fmt: skip
     steps.append(BuildStep(**{**test.__dict__, "labels": {**test.labels, label.CI_BASE_IMAGE: base_ref}}))
