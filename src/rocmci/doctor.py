@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rocmci import gpus as gpumod
 from rocmci import labels as label
-from rocmci.engine import START_HINT
+from rocmci.engine import NO_BUILDER_HINT, START_HINT
 from rocmci.errors import EngineError, PreflightError, UsageError
 from rocmci.report import plural
 
@@ -67,7 +67,7 @@ def engine_checks(engine, image_ref: str | None, want_buildkit: bool) -> list[Ch
     checks = [Check("docker engine", True, f"server {version}, client {engine.client}")]
     if want_buildkit:
         ok, detail = engine.buildkit_works()
-        checks.append(Check("buildkit", ok, detail, "use a docker client < 23 or one with the buildx plugin"))
+        checks.append(Check("buildkit", ok, detail, NO_BUILDER_HINT))
     else:
         checks.append(Check("buildkit", True, "not checked (use --for build)"))
     labels = engine.image_labels(image_ref) if image_ref else None
@@ -103,6 +103,20 @@ def features_check(engine, checkout: Path | None, engine_ok: bool) -> Check:
         return Check(name, False, features.describe(df, gaps[0]) + more, features.WHAT_TO_DO)
     used = ", ".join(u.feature for u in found) or "none beyond the classic builder's"
     return Check(name, True, f"{df.display}: {used}; all accepted by {engine.client}")
+
+
+def tiers_check(engine, s, engine_ok: bool) -> Check:
+    """Which path image.build's tiers take from one to the next on the builder `docker build` reaches."""
+    if not engine_ok:
+        return Check("tier chaining", False, "engine not reachable", START_HINT)
+    from rocmci.image.plan import tier_chain
+
+    try:
+        builder = engine.builder()
+    except EngineError as exc:
+        return Check("tier chaining", False, exc.message, exc.hint or "")
+    chain = tier_chain(s, builder)
+    return Check("tier chaining", True, f"{chain.kind} on {chain.builder}: {chain.describe()}")
 
 
 def disk_check(path: Path) -> Check:

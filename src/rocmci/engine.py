@@ -253,7 +253,7 @@ class Engine:
             )
         if done.returncode != 0:
             err = _engine_error(done.stderr)
-            detail = err.message if err else (done.stderr.strip().splitlines() or ["failed"])[-1]
+            detail = err.message if err else _client_words(done.stderr)
             return False, detail
         self.cli("rmi", "-f", tag, check=False)
         return True, f"BuildKit via {self.client}"
@@ -378,6 +378,8 @@ class Engine:
         err = _engine_error(text)
         if err is not None:
             raise err
+        if _NO_BUILDER.search(text):  # the client never reached a builder: no answer about the file at all
+            raise EngineError(f"{self.client} cannot build with BuildKit: {_client_words(text)}", hint=NO_BUILDER_HINT)
         m = _PARSE_ERROR.search(text)
         return (False, m.group(0).strip()) if m else (True, "accepted")
 
@@ -387,6 +389,20 @@ class Engine:
             return None
         done = _run([self.client, "buildx", "inspect"], timeout=30)
         return parse_buildx_inspect(done.stdout) if done.returncode == 0 else None
+
+
+# Docker >= 23 with DOCKER_BUILDKIT=1 and no buildx plugin: "ERROR: BuildKit is enabled but the buildx component
+# is missing or broken." Every build fails in its first second, whatever the Dockerfile.
+_NO_BUILDER = re.compile(r"buildx component is missing|BuildKit is enabled but", re.I)
+NO_BUILDER_HINT = ("install the buildx plugin (docker-buildx-plugin / docker-buildx), or use a docker client older "
+                   "than 23 (set ROCMCI_DOCKER)")  # fmt: skip
+
+
+def _client_words(text: str) -> str:
+    """The client's own line: the one naming the builder problem, else its last line."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    named = next((line for line in lines if _NO_BUILDER.search(line)), None)
+    return named or (lines[-1] if lines else "failed")
 
 
 _PARSE_ERROR = re.compile(r"(?:dockerfile parse error|unknown instruction|Unknown flag)[^\n]*", re.I)

@@ -98,6 +98,7 @@ def doctor(v) -> int:
     if v.for_ in (None, "build"):
         engine_ok = next(c.ok for c in checks if c.name == "docker engine")
         checks.append(doc.features_check(engine, Path(s.vllm_src) if s.vllm_src else None, engine_ok))
+        checks.append(doc.tiers_check(engine, s, engine_ok))
     checks.append(doc.disk_check(s.workspace))
     # the files the pipeline tasks would read, found as they find them (so doctor and the tasks agree)
     from rocmci.pipeline.service import inventory_file, step_file

@@ -29,6 +29,9 @@ class Setting(NamedTuple):
     pattern_hint: str | None = None
     choices: tuple[str, ...] | None = None
     flag: str | None = None  # the flag that gives it, where that is not --<name> (cli/flags.py must agree)
+    # An environment variable vLLM's CI scripts read for the same value (ci-bake-rocm.sh's DEEPEP_ROCM_ARCH,
+    # PYTORCH_ROCM_ARCH): honoured as they honour it, below ROCMCI_<NAME>, above pyproject.
+    ci_env: str | None = None
 
     @property
     def env_var(self) -> str:
@@ -77,8 +80,10 @@ REGISTRY: tuple[Setting, ...] = (
         "also evidence for workarounds",
         default="",
     ),
-    Setting("arch", "GPU archs for rocSHMEM and DeepEP (DEEPEP_ROCM_ARCH)", from_vllm="ARG:DEEPEP_ROCM_ARCH"),
-    Setting("vllm_arch", "GPU archs vLLM is built for (ARG_PYTORCH_ROCM_ARCH)", from_vllm="bake:PYTORCH_ROCM_ARCH"),
+    Setting("arch", "GPU archs for rocSHMEM and DeepEP (DEEPEP_ROCM_ARCH)", from_vllm="ARG:DEEPEP_ROCM_ARCH",
+            ci_env="DEEPEP_ROCM_ARCH"),
+    Setting("vllm_arch", "GPU archs vLLM is built for (ARG_PYTORCH_ROCM_ARCH)", from_vllm="bake:PYTORCH_ROCM_ARCH",
+            ci_env="PYTORCH_ROCM_ARCH"),
     Setting(
         "base_image",
         "base image of vLLM's ROCm build",
@@ -137,6 +142,29 @@ REGISTRY: tuple[Setting, ...] = (
         default="rocmci/vllm-rocm",
         pattern=r"[a-z0-9][a-z0-9._/:-]{0,199}",  # a tag is appended: no '@', and docker wants lower case
         pattern_hint="a repository such as rocmci/vllm-rocm (lower-case letters, digits and . _ / : -)",
+    ),
+    Setting(
+        "ci_base_tag",
+        "vLLM CI's ci_base tag (CI_BASE_IMAGE_TAG): `image.build` reuses <tag>-<vllm.ci_base.content_hash> when "
+        "the registry or this engine holds it",
+        default="rocm/vllm-dev:ci_base",
+        pattern=r"[a-z0-9][a-z0-9._/:-]{0,199}",
+        pattern_hint="a repository:tag such as rocm/vllm-dev:ci_base (a -<hash> suffix is appended)",
+    ),
+    Setting(
+        "image_cache_registry",
+        "registry repository tiers are pushed to so the next tier can start FROM them on a docker-container or "
+        "remote buildx builder (empty: named build contexts)",
+        default="",
+        pattern=r"|[a-z0-9][a-z0-9._/:-]{0,199}",
+        pattern_hint="a repository such as registry.example:5000/rocmci-cache (no tag)",
+    ),
+    Setting(
+        "tier_chain",
+        "how a tier reaches the next one's FROM: auto (by the builder's driver), store, registry "
+        "(image_cache_registry) or context (OCI layouts as named build contexts)",
+        default="auto",
+        choices=("auto", "store", "registry", "context"),
     ),
     Setting(
         "image",

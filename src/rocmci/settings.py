@@ -272,6 +272,9 @@ def resolve(
         if setting.name in pyproject:
             where = "pyproject.toml [tool.rocmci]"
             result = Resolved(convert(setting, pyproject[setting.name], where), where)
+        if setting.ci_env and env.get(setting.ci_env):  # set and not empty, as ci-bake-rocm.sh's ${VAR:-}
+            where = f"env {setting.ci_env} (as vLLM's ci-bake-rocm.sh reads it)"
+            result = Resolved(convert(setting, env[setting.ci_env], where), where)
         if setting.env_var in env:
             where = f"env {setting.env_var}"
             result = Resolved(convert(setting, env[setting.env_var], where), where)
@@ -290,7 +293,8 @@ def resolve(
     for setting in REGISTRY:
         if setting.from_vllm is None:
             continue
-        overridden = setting.name in flags or setting.env_var in env or setting.name in pyproject
+        overridden = (setting.name in flags or setting.env_var in env or setting.name in pyproject
+                      or bool(setting.ci_env and env.get(setting.ci_env)))
         if overridden:
             base = Resolved(None, "")
         elif checkout is None:

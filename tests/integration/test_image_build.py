@@ -236,15 +236,22 @@ def test_done_when_commands_on_a_copy_of_vllms_tree(vllm_fixtures, tmp_path):
     check = run_invoke("image.check", "--vllm-src", str(tree))
     assert check.returncode == 1 and check.stdout.startswith(f"docker/Dockerfile.rocm:{line}:5: error ")
     checksum = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if t.startswith("ADD --checksum"))
-    for argv in (("image.build", "--vllm-src", "../shared/fixtures/vllm", "-n"),  # as the issue types them
-                 ("doctor", "--for", "build", "--vllm-src", "../shared/fixtures/vllm"),
-                 ("image.build", "--vllm-src", str(tree), "--dry-run")):  # fmt: skip
+    for argv in (("doctor", "--for", "build", "--vllm-src", "../shared/fixtures/vllm"),  # as the issue types them
+                 ("image.build", "--vllm-src", str(tree), "--network", "none")):  # fmt: skip
         # This engine's built-in BuildKit (Docker 20.10) rejects ADD --checksum: said before any stage runs.
         refused = run_invoke(*argv)
         last = refused.stderr.strip().splitlines()[-1]
         assert refused.returncode == 5, refused.stderr
         assert f"docker/Dockerfile.rocm:{checksum} uses ADD --checksum" in last and "Unknown flag: checksum" in last
         assert "docker buildx create --driver docker-container --use" in last and "Traceback" not in refused.stderr
+    for argv in (("image.build", "--vllm-src", "../shared/fixtures/vllm", "-n"),
+                 ("image.build", "--vllm-src", str(tree), "--dry-run")):  # fmt: skip
+        # A dry run still prints the plan; what would stop the build is a `# preflight:` line above it.
+        dry = run_invoke(*argv)
+        assert dry.returncode == 0, dry.stderr
+        first = dry.stdout.splitlines()[0]
+        assert first.startswith("# preflight: the build would stop here (exit 5): ") and "ADD --checksum" in first
+        assert "--target ci_base" in dry.stdout and "--target test" in dry.stdout
     # Without an engine to ask, the dry run still shows the plan, and says what it could not check.
     dry = run_invoke("image.build", "--vllm-src", str(tree), "--dry-run",
                      env={"DOCKER_HOST": f"unix://{tmp_path}/none.sock"})  # fmt: skip

@@ -56,7 +56,8 @@ def test_a_vllm_ci_image_is_accepted_with_the_arch_from_vllms_label(engine, vllm
     done = run_invoke(*moe_text(fake_host, "--dry-run", "--image", vllm_ci_image), env=run_env(vllm_ci_image, workdir))
     assert done.returncode == 0, done.stderr
     assert (
-        f"# image {vllm_ci_image}: DeepEP built for gfx942;gfx950 (label vllm.rocm.deepep_rocm_arch); "
+        f"# image {vllm_ci_image}: DeepEP built for gfx942;gfx950 (label vllm.rocm.deepep_rocm_arch, declared: no "
+        "rocmci.evidence.deepep-arch (code objects not verified)); "
         "ROCm 7.2.1 (label vllm.rocm_base.dependency.rocm)"
     ) in done.stdout
     assert "preflight" not in done.stdout  # the fake host's gfx942 GPUs are covered: no warning at all
@@ -71,7 +72,8 @@ def test_run_step_dry_run_in_a_vllm_ci_image(engine, vllm_ci_image, fake_host, w
         env=run_env(vllm_ci_image, workdir),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert f"# image {vllm_ci_image}: DeepEP built for gfx942;gfx950 (label vllm.rocm.deepep_rocm_arch)" in done.stdout
+    shown = f"# image {vllm_ci_image}: DeepEP built for gfx942;gfx950 (label vllm.rocm.deepep_rocm_arch, declared"
+    assert shown in done.stdout
 
 
 def test_staged_tests_run_in_a_vllm_ci_image(engine, vllm_ci_image, fake_host, workdir):

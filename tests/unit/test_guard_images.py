@@ -54,28 +54,35 @@ def bake_labels(tmp_path: Path, **env: str) -> dict[str, str]:
     return {k: re.sub(r"\\(.)", r"\1", v) for k, v in pairs}
 
 
+DECLARED = ", declared: no rocmci.evidence.deepep-arch (code objects not verified)"
+
 @pytest.mark.skipif(not BAKE.is_file(), reason=f"{BAKE} not found (the shared fixtures sit beside the repo)")
 def test_the_deepep_archs_are_read_from_the_labels_vllms_ci_writes(tmp_path):
     ci = bake_labels(tmp_path)
     assert 'ARG DEEPEP_ROCM_ARCH="gfx942;gfx950"' in DOCKERFILE.read_text()
-    assert images.arch_from_labels(ci) == ("gfx942;gfx950", f"label {label.VLLM_DEEPEP_ARCH}")
+    assert images.arch_from_labels(ci) == ("gfx942;gfx950", f"label {label.VLLM_DEEPEP_ARCH}{DECLARED}")
     overridden = bake_labels(tmp_path, DEEPEP_ROCM_ARCH="gfx90a")  # the script's own env override
-    assert images.arch_from_labels(overridden) == ("gfx90a", f"label {label.VLLM_DEEPEP_ARCH}")
+    assert images.arch_from_labels(overridden) == ("gfx90a", f"label {label.VLLM_DEEPEP_ARCH}{DECLARED}")
     facts = images.ImageFacts(*images.arch_from_labels(ci), "7.0", "label")
     assert facts.note("rocm/vllm-ci:build-7") == (
-        "image rocm/vllm-ci:build-7: DeepEP built for gfx942;gfx950 (label vllm.rocm.deepep_rocm_arch); "
-        "ROCm 7.0 (label)"
+        "image rocm/vllm-ci:build-7: DeepEP built for gfx942;gfx950 (label vllm.rocm.deepep_rocm_arch, declared: "
+        "no rocmci.evidence.deepep-arch (code objects not verified)); ROCm 7.0 (label)"
     )
 
 
 def test_rocmcis_own_arch_label_comes_first_and_a_blank_one_says_nothing():
     both = {label.ARCH: "gfx942", label.VLLM_DEEPEP_ARCH: "gfx942;gfx950"}
-    assert images.arch_from_labels(both) == ("gfx942", f"label {label.ARCH}")
+    assert images.arch_from_labels(both) == ("gfx942", f"label {label.ARCH}{DECLARED}")
     blank = {label.ARCH: "  ", label.VLLM_DEEPEP_ARCH: " gfx950 "}
-    assert images.arch_from_labels(blank) == ("gfx950", f"label {label.VLLM_DEEPEP_ARCH}")
+    assert images.arch_from_labels(blank) == ("gfx950", f"label {label.VLLM_DEEPEP_ARCH}{DECLARED}")
     assert images.arch_from_labels({label.VLLM_DEEPEP_ARCH: ""}) == (
         None,
-        f"no {label.ARCH} or {label.VLLM_DEEPEP_ARCH} label",
+        f"no {label.EVIDENCE_ARCH} or {label.ARCH} or {label.VLLM_DEEPEP_ARCH} label",
+    )
+    # Evidence over declarations: the label written from the image's verified code objects wins.
+    verified = {**both, label.EVIDENCE_ARCH: "gfx950"}
+    assert images.arch_from_labels(verified) == (
+        "gfx950", f"label {label.EVIDENCE_ARCH}: DeepEP's code objects, read after the build"
     )
 
 

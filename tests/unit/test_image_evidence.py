@@ -17,18 +17,20 @@ from rocmci.image.plan import plan_build
 from tests.unit.test_image_plan import request, tree  # noqa: F401 (tree: the fixture of vLLM's real docker/)
 
 IN_FILE = "stage build_deepep of docker/Dockerfile.rocm"
+ROCSHMEM_IN_FILE = "stage build_rocshmem of docker/Dockerfile.rocm"
 
 
 def test_every_tier_holding_deepep_is_checked_against_the_requested_list(tree):  # noqa: F811
     ci_base, test = plan_build(request(tree, archs=("gfx950",))).steps
-    assert ci_base.deepep_check == DeepEPCheck("gfx950", IN_FILE)  # built there
-    assert test.deepep_check == DeepEPCheck("gfx950", f"{IN_FILE}, in ci_base {ci_base.tag}")  # inherited
+    assert ci_base.deepep_check == DeepEPCheck("gfx950", IN_FILE, rocshmem_stage=ROCSHMEM_IN_FILE)  # built there
+    assert test.deepep_check == DeepEPCheck("gfx950", f"{IN_FILE}, in ci_base {ci_base.tag}",
+                                            rocshmem_stage=f"{ROCSHMEM_IN_FILE}, in ci_base {ci_base.tag}")
     (given,) = plan_build(request(tree, ci_base_image="rocm/vllm-dev:ci_base")).steps
     check = given.deepep_check
     assert (check.archs, check.stage) == ("gfx942;gfx950", "the given ci_base rocm/vllm-dev:ci_base")
     assert "--ci-base" in check.fix
     (only,) = plan_build(request(tree, target="ci_base")).steps
-    assert only.deepep_check == DeepEPCheck("gfx942;gfx950", IN_FILE)
+    assert only.deepep_check == DeepEPCheck("gfx942;gfx950", IN_FILE, rocshmem_stage=ROCSHMEM_IN_FILE)
     (final,) = plan_build(request(tree, target="final")).steps  # vLLM's final stage holds no DeepEP
     assert final.deepep_check is None
 
@@ -64,3 +66,22 @@ def test_a_mismatch_names_the_stage_and_both_lists():
         evidence.judge(answer([], False, "import deep_ep failed: boom"), 1, "r/x:t", check)
     with pytest.raises(BuildError, match="the DeepEP check gave no answer .verifier exit 127"):
         evidence.judge("python3: not found\n", 127, "r/x:t", check)
+
+
+def test_rocshmem_targets_other_than_the_requested_list_name_the_rocshmem_stage():
+    check = DeepEPCheck("gfx942;gfx950", IN_FILE, rocshmem_stage=ROCSHMEM_IN_FILE)
+
+    def with_rocshmem(found, libraries=("/opt/rocshmem/lib/librocshmem.so",), error=None) -> str:
+        roc = {"libraries": list(libraries), "found": found, "error": error}
+        return json.dumps({"ok": True, "found": ["gfx942", "gfx950"], "libraries": ["x.so"], "rocshmem": roc})
+
+    assert evidence.judge(with_rocshmem(["gfx942", "gfx950"]), 0, "r/x:t", check) == ["gfx942", "gfx950"]
+    assert evidence.judge(with_rocshmem([], libraries=()), 0, "r/x:t", check)  # a static build: no verdict
+    with pytest.raises(BuildError) as raised:
+        evidence.judge(with_rocshmem(["gfx942"]), 0, "r/x:t", check)
+    assert raised.value.message == (
+        "r/x:t was built but its rocSHMEM code objects are for gfx942, not the requested gfx942;gfx950 "
+        "(rocSHMEM is built by stage build_rocshmem of docker/Dockerfile.rocm)"
+    )
+    with pytest.raises(BuildError, match="rocSHMEM's libraries could not be read .roc-obj-ls exited 1"):
+        evidence.judge(with_rocshmem([], error="roc-obj-ls exited 1"), 0, "r/x:t", check)

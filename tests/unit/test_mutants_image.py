@@ -806,6 +806,22 @@ def test_a_failed_push_is_a_build_error(engine, image_step, tmp_path):
 
 
 @pytest.mark.docker
+def test_a_push_that_failed_is_pushed_by_the_next_run_though_the_image_is_up_to_date(engine, image_step, tmp_path):
+    """"Up to date" is about this engine, not the registry: --push after a failed push pushes."""
+    client, log = standin_engine(tmp_path, push="echo denied; exit 3")
+    with pytest.raises(BuildError):
+        buildmod.build_step(image_step(push=True), client, live=False, log=lambda _: None)
+    client, log = standin_engine(tmp_path, push="echo pushed; exit 0")
+    said: list[str] = []
+    again = buildmod.build_step(image_step(push=True), client, live=False, log=said.append)
+    assert not again.built and calls(log)[-1] == f"push {again.tag}"
+    assert said[0].endswith("nothing to build (--force rebuilds)") and f"pushing {again.tag}" in said
+    client, _ = standin_engine(tmp_path, push="exit 4")
+    with pytest.raises(BuildError, match="failed with exit 4"):  # and a failed retry is still a failure
+        buildmod.build_step(image_step(push=True), client, live=False, log=lambda _: None)
+
+
+@pytest.mark.docker
 def test_a_failed_build_names_its_step_and_an_image_without_its_key_is_refused(engine, image_step, tmp_path):
     """A non-zero build with the engine up is the failing step and its last lines; a build that exits 0 but
     leaves no image with the step's input hash is an error, never a success."""

@@ -19,6 +19,7 @@ from rocmci.checkout import BASE_DOCKERFILE
 from rocmci.files import read_text
 
 CONTENT_HASH_LABEL = "vllm.rocm_base.content_hash"
+FILES_HASH_LABEL = "vllm.rocm_base.content_files_hash"  # the Dockerfile.rocm_base text alone
 METADATA_VERSION = "1"  # refresh-base-image.sh DEFAULT_ROCM_BASE_METADATA_VERSION
 # refresh-base-image.sh DEFAULT_ROCM_BASE_CONTENT_ARGS, in its order (the order is part of the hash).
 CONTENT_ARGS = (

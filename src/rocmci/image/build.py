@@ -116,6 +116,8 @@ def build_step(step: BuildStep, engine: Engine, *, live: bool, log: Callable[[st
     started = time.monotonic()
     if not step.force and is_current(step, engine):
         log(f"{step.tag} is up to date ({INPUT_HASH_LABEL} {step.input_hash}); nothing to build (--force rebuilds)")
+        if step.push:  # up to date here says nothing of the registry: a push that failed last time is retried
+            push(step, engine, log, log)
         return BuildResult(step.tag, False, time.monotonic() - started)
     parser = ProgressParser()
     tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -139,6 +141,9 @@ def build_step(step: BuildStep, engine: Engine, *, live: bool, log: Callable[[st
                 hint="start it again and rerun; finished stages come from the build cache",
             ) from None
         raise parser.failure(code, tail)
+    if step.output is not None:  # an OCI layout for the next tier: nothing in the store to read or check
+        ran, cached = parser.counts()
+        return BuildResult(step.tag, True, time.monotonic() - started, ran, cached)
     labels = engine.image_labels(step.tag) or {}
     if labels.get(INPUT_HASH_LABEL) != step.input_hash:
         raise BuildError(
@@ -148,12 +153,16 @@ def build_step(step: BuildStep, engine: Engine, *, live: bool, log: Callable[[st
     if step.deepep_check is not None:  # before any push: nothing that fails it leaves this engine
         check_deepep(step, engine, log)
     if step.push:
-        log(f"pushing {step.tag}")
-        code = engine.stream(step.push_argv(engine.client), lambda line: progress(line, parser))
-        if code != 0:
-            raise BuildError(f"docker push {step.tag} failed with exit {code}", hint="check registry login")
+        push(step, engine, log, lambda line: progress(line, parser))
     ran, cached = parser.counts()
     return BuildResult(step.tag, True, time.monotonic() - started, ran, cached)
+
+
+def push(step: BuildStep, engine: Engine, log: Callable[[str], None], on_line: Callable[[str], None]) -> None:
+    log(f"pushing {step.tag}")
+    code = engine.stream(step.push_argv(engine.client), on_line)
+    if code != 0:
+        raise BuildError(f"docker push {step.tag} failed with exit {code}", hint="check registry login")
 
 
 def check_deepep(step: BuildStep, engine: Engine, log: Callable[[str], None]) -> None:
@@ -173,6 +182,22 @@ def check_deepep(step: BuildStep, engine: Engine, log: Callable[[str], None]) ->
             said = f"untagging {step.tag} failed ({why}): remove it with `docker rmi {step.tag}`"
         raise type(exc)(exc.message, hint=f"{said}; {exc.hint}" if exc.hint else said) from None
     log(f"checked {step.tag}: DeepEP code objects for {';'.join(found)}, as requested")
+    record_evidence(step.tag, ";".join(found), engine)
+
+
+def record_evidence(tag: str, archs: str, engine: Engine) -> None:
+    """Label the image with what its code objects hold (a LABEL-only build on top: no layer, the same files),
+    so run preflight reads a verified list rather than the requested one."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="rocmci-evidence-") as ctx:
+        with open(f"{ctx}/Dockerfile", "w", encoding="utf-8") as fh:
+            fh.write(f"FROM {tag}\nLABEL {evidence.EVIDENCE_LABEL}=\"{archs}\"\n")
+        code = engine.stream([engine.client, "build", "--network", "none", "-q", "--tag", tag, ctx], lambda _: None,
+                             env=engine.build_env)  # fmt: skip
+    if code != 0:
+        raise BuildError(f"{tag} checks out but its evidence label could not be written (docker build exit {code})",
+                         hint="rerun with --force")  # fmt: skip
 
 
 def build(plan: BuildPlan, engine: Engine, *, live: bool, log: Callable[[str], None]) -> list[BuildResult]:

@@ -14,6 +14,8 @@ from rocmci import labels as label
 from rocmci import packaged, verify
 from rocmci.errors import BuildError
 
+EVIDENCE_LABEL = label.EVIDENCE_ARCH
+
 
 @dataclass(frozen=True)
 class DeepEPCheck:
@@ -25,6 +27,7 @@ class DeepEPCheck:
         "make that stage build DeepEP for the requested list (its PYTORCH_ROCM_ARCH from DEEPEP_ROCM_ARCH: "
         "`rocmci image.check`) and rerun"
     )
+    rocshmem_stage: str = ""  # where rocSHMEM is built, e.g. "stage build_rocshmem of docker/Dockerfile.rocm"
 
 
 def argv(client: str, tag: str, check: DeepEPCheck) -> list[str]:
@@ -59,7 +62,9 @@ def judge(stdout: str, returncode: int, tag: str, check: DeepEPCheck) -> list[st
             hint="rerun; or run the verifier inside the image by hand: " + str(packaged.VERIFIER),
         )
     found = sorted(a for a in result.get("found") or [] if isinstance(a, str))
-    if returncode == 0 and result.get("ok") and found == sorted(set(check.archs.split(";"))):
+    wanted = sorted(set(check.archs.split(";")))
+    if returncode == 0 and result.get("ok") and found == wanted:
+        rocshmem(result.get("rocshmem"), tag, check, wanted)
         return found
     if found:
         what = f"its DeepEP code objects are for {';'.join(found)}, not the requested {check.archs}"
@@ -68,4 +73,21 @@ def judge(stdout: str, returncode: int, tag: str, check: DeepEPCheck) -> list[st
     raise BuildError(
         f"{tag} was built but {what} (DeepEP is built by {check.stage})",
         hint=check.fix,
+    )
+
+
+def rocshmem(answer, tag: str, check: DeepEPCheck, wanted: list[str]) -> None:
+    """rocSHMEM's shared libraries hold code objects for exactly the requested list (DeepEP links them: a
+    narrower rocSHMEM fails on the GPU it lacks). No shared library to read (a static build) is no verdict."""
+    if not isinstance(answer, dict) or not answer.get("libraries"):
+        return
+    found = sorted(a for a in answer.get("found") or [] if isinstance(a, str))
+    if found == wanted and not answer.get("error"):
+        return
+    what = (f"its rocSHMEM code objects are for {';'.join(found)}" if found
+            else f"rocSHMEM's libraries could not be read ({answer.get('error') or 'no code objects'})")  # fmt: skip
+    where = check.rocshmem_stage or f"the stage that built rocSHMEM for {check.stage}"
+    raise BuildError(
+        f"{tag} was built but {what}, not the requested {check.archs} (rocSHMEM is built by {where})",
+        hint="give that stage's GPU_TARGETS the DEEPEP_ROCM_ARCH list (`rocmci image.check`) and rerun",
     )

@@ -42,6 +42,7 @@ class BuildRequest:
     image_repo: str
     vllm_commit: str
     target: str = "test"
+    vllm_dirty: bool | None = None  # local changes in the checkout: its own label, never a "-dirty" commit
     tag: str | None = None
     ci_base_image: str | None = None  # an existing ci_base to build `test` on, instead of building one
     network: str | None = None
@@ -51,6 +52,11 @@ class BuildRequest:
     extra_args: dict[str, str] = field(default_factory=dict)  # --build-arg NAME=VALUE, checked in requests
     load: bool = False  # a buildx builder other than the docker driver: --load into the local store
     ci_base_digest: str | None = None  # what the given --ci-base is now, so a moved tag is a new input
+    # The labels of the given (or reused) ci_base: what the test image holds is what that image holds.
+    ci_base_labels: dict[str, str] | None = None
+    ci_base_reused: str | None = None  # why the ci_base is not built: vLLM CI's ci_base under the same content hash
+    ci_base_meta: dict[str, str] = field(default_factory=dict)  # vllm.ci_base.* / vllm.rocm.* labels, as the bake
+    chain: Chain | None = None  # how a tier reaches the next one's FROM (None: the local image store)
     # Fixes (owner/repo#N) an instruction of the checkout's Dockerfile.rocm_base applies, among those the
     # workaround registry names: recorded on every tier built from the checkout, as evidence for the registry.
     rocm_fixes: tuple[str, ...] = ()
@@ -69,6 +75,7 @@ class BaseFacts:
     content_hash: str | None  # its vllm.rocm_base.content_hash label: which Dockerfile.rocm_base made it
     tier: base.BaseTier | None = None  # None: the checkout has no Dockerfile.rocm_base
     tag_only: bool = False  # a dry run that could not resolve the digest: plan on the tag, and say so
+    files_hash: str | None = None  # its vllm.rocm_base.content_files_hash label: the Dockerfile.rocm_base text
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,8 @@ class BuildStep:
     stage: str | None = ""  # the --target given to docker; "" means `target`, None means none (the last stage)
     load: bool = False
     deepep_check: DeepEPCheck | None = None  # the image holds DeepEP: its code objects are checked once built
+    contexts: dict[str, str] = field(default_factory=dict)  # --build-context NAME=SOURCE (a tier not in the store)
+    output: str | None = None  # --output: the tier goes to an OCI layout for the next tier, not to the store
 
     def argv(self, client: str) -> list[str]:
         argv = [client, "build", "--file", str(self.dockerfile)]
@@ -97,9 +106,13 @@ class BuildStep:
             argv += ["--build-arg", f"{key}={value}"]
         for key, value in self.labels.items():
             argv += ["--label", f"{key}={value}"]
+        for name, source in self.contexts.items():
+            argv += ["--build-context", f"{name}={source}"]
         if self.network:
             argv += ["--network", self.network]
-        if self.load:
+        if self.output:
+            argv += ["--output", self.output]
+        elif self.load:
             argv.append("--load")  # a container builder keeps results in its own cache without it
         # Plain progress is parsed to name a failing step and count cached ones.
         argv += ["--progress", "plain", str(self.context)]
@@ -107,6 +120,78 @@ class BuildStep:
 
     def push_argv(self, client: str) -> list[str]:
         return [client, "push", self.tag]
+
+
+STORE, REGISTRY, CONTEXT = "store", "registry", "context"
+
+
+@dataclass(frozen=True)
+class Chain:
+    """How one tier reaches the next tier's FROM, per builder (vLLM's bake does it with `contexts` in one bake).
+
+    store: the docker driver (or the classic builder) reads the local image store, so a tier's tag is enough.
+    registry: a docker-container or remote builder cannot read the local store; each tier is pushed to the
+        registry the user named (image_cache_registry) and the next tier starts FROM it there.
+    context: no registry named: a tier is written as an OCI layout (--output type=oci) and handed to the next
+        as a named build context (--build-context NAME=oci-layout://...).
+    """
+
+    kind: str
+    builder: str = ""  # "name (driver)", for messages
+    registry: str = ""  # image_cache_registry, for REGISTRY
+    layouts: Path | None = None  # where OCI layouts go, for CONTEXT
+
+    def describe(self) -> str:
+        if self.kind == REGISTRY:
+            return f"each tier is pushed to {self.registry} and the next starts FROM it there"
+        if self.kind == CONTEXT:
+            return (f"each tier is written as an OCI layout under {self.layouts} and handed to the next as a named "
+                    "build context (--build-context NAME=oci-layout://...); set image_cache_registry to chain "
+                    "through a registry instead")  # fmt: skip
+        return "each tier is in the local image store, and the next starts FROM its tag"
+
+
+def chain_for(driver: str | None, name: str, registry: str, layouts: Path, forced: str = "auto") -> Chain:
+    """The docker driver (or no buildx: the engine's own builder) reads the store; any other driver does not.
+
+    `forced` (the tier_chain setting): a kind chosen by the user instead; registry needs image_cache_registry.
+    """
+    shown = f"{name} ({driver})" if driver else "the engine's builder"
+    if forced == REGISTRY:
+        if not registry:
+            raise UsageError("tier_chain is 'registry' but image_cache_registry is empty",
+                             hint="set ROCMCI_IMAGE_CACHE_REGISTRY to a registry repository, e.g. "
+                             "localhost:5000/rocmci-tiers")  # fmt: skip
+        return Chain(REGISTRY, shown, registry=registry)
+    if forced in (STORE, CONTEXT):
+        return Chain(forced, shown, layouts=layouts if forced == CONTEXT else None)
+    if driver in (None, "docker"):
+        return Chain(STORE, f"{name} ({driver})" if driver else "the engine's builder")
+    if registry:
+        return Chain(REGISTRY, f"{name} ({driver})", registry=registry)
+    return Chain(CONTEXT, f"{name} ({driver})", layouts=layouts)
+
+
+def tier_chain(s, builder: tuple[str, str] | None) -> Chain:
+    """The chain for settings `s` on `builder` (name, driver; None: no buildx), for image.build and doctor alike."""
+    name, driver = builder if builder else ("", None)
+    return chain_for(driver, name, s.image_cache_registry, s.path("results_dir") / "tiers", s.tier_chain)
+
+
+def chained(step: BuildStep, chain: Chain | None, name: str) -> tuple[BuildStep, str, dict[str, str]]:
+    """The step as the chain builds it, the reference the next tier starts FROM, and the contexts it needs."""
+    from dataclasses import replace
+
+    if chain is None or chain.kind == STORE:
+        return step, step.tag, {}
+    if chain.kind == REGISTRY:
+        ref = f"{chain.registry}:{step.tag.rsplit(':', 1)[1]}"
+        return replace(step, tag=ref, push=True), ref, {}  # --load as the builder needs it (request.load)
+    assert chain.layouts is not None
+    layout = chain.layouts / name
+    # Not in the store: no reuse by label and no code-object check here (the last tier, loaded, is checked).
+    out = replace(step, output=f"type=oci,dest={layout},tar=false", load=False, deepep_check=None, force=True)
+    return out, f"rocmci-tier-{name}", {f"rocmci-tier-{name}": f"oci-layout://{layout}"}
 
 
 @dataclass(frozen=True)
@@ -172,8 +257,15 @@ def _base_identity(facts: BaseFacts | None) -> tuple[str, str, dict[str, str]]:
     return ref, f"base:{facts.digest}", {label.BASE_IMAGE_DIGEST: facts.digest}
 
 
-def base_step(request: BuildRequest, tier: base.BaseTier, tag: str | None = None) -> BuildStep:
-    """Dockerfile.rocm_base built as refresh-base-image.sh builds it: the last stage, BASE_IMAGE digest-pinned."""
+def base_step(request: BuildRequest, tier: base.BaseTier, tag: str | None = None, tag_only: bool = False) -> BuildStep:
+    """Dockerfile.rocm_base built as refresh-base-image.sh builds it: the last stage, BASE_IMAGE digest-pinned.
+
+    `tag_only`: a dry run that could not learn the upstream's digest plans on its tag and says the hash is unknown.
+    """
+    unresolved = tag_only and (tier.upstream_digest is None or tier.content_hash is None)
+    if unresolved:  # shown, never built: the tag and hash say what is missing
+        unknown = "unknown-without-the-upstream-digest"
+        tier = base.BaseTier(tier.path, tier.upstream, unknown, False, unknown, tier.files_hash, tier.args)
     if tier.upstream_digest is None or tier.content_hash is None:
         raise PreflightError(
             f"the base tier's BASE_IMAGE {tier.upstream} ({base.BASE_DOCKERFILE}) is not on this engine; "
@@ -186,9 +278,10 @@ def base_step(request: BuildRequest, tier: base.BaseTier, tag: str | None = None
         "org.opencontainers.image.revision": request.vllm_commit,
         "vllm.rocm_base.metadata_version": base.METADATA_VERSION,
         base.CONTENT_HASH_LABEL: tier.content_hash,
-        "vllm.rocm_base.content_files_hash": tier.files_hash,
+        base.FILES_HASH_LABEL: tier.files_hash,
         "vllm.rocm_base.dockerfile": str(base.BASE_DOCKERFILE),
         "vllm.rocm_base.git_commit": request.vllm_commit,
+        **({} if request.vllm_dirty is None else {label.VLLM_DIRTY: str(request.vllm_dirty).lower()}),
         "vllm.rocm_base.base_image": tier.upstream,
         "vllm.rocm_base.base_image_digest": tier.upstream_digest,
         "vllm.rocm_base.pytorch_rocm_arch": tier.args.get("PYTORCH_ROCM_ARCH", ""),
@@ -198,7 +291,8 @@ def base_step(request: BuildRequest, tier: base.BaseTier, tag: str | None = None
     }
     return BuildStep(
         target="base",
-        tag=tag or f"{request.image_repo}:base-{tier.content_hash[:12]}",
+        tag=tag or f"{request.image_repo}:base-" + (f"files-{tier.files_hash[:12]}" if unresolved
+                                                       else tier.content_hash[:12]),
         dockerfile=tier.path,
         context=request.checkout,
         build_args={"BASE_IMAGE": ref, "USE_SCCACHE": base.USE_SCCACHE},
@@ -219,7 +313,7 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
     if request.target == "base":
         if facts is None or facts.tier is None:
             raise UsageError(f"{request.checkout} holds no {base.BASE_DOCKERFILE}", hint="--target base builds it")
-        return BuildPlan((base_step(request, facts.tier, request.tag),))
+        return BuildPlan((base_step(request, facts.tier, request.tag, facts.tag_only),))
     df = request.dockerfile
     for needed in (request.target, "ci_base") if request.target == "test" else (request.target,):
         if df.stage(needed) is None:
@@ -230,12 +324,13 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
     notes: list[str] = []
     notices: list[str] = []
     steps: list[BuildStep] = []
+    carried: dict[str, str] = {}  # named contexts every later tier needs (a base tier not in the store)
     tier = facts.tier if facts else None
     if tier and tier.content_hash and facts and facts.content_hash and facts.content_hash != tier.content_hash:
         # refresh-base-image.sh's trigger, by content: BASE_IMAGE was built from another Dockerfile.rocm_base.
-        first = base_step(request, tier)
+        first, base_ref, carried = chained(base_step(request, tier), request.chain, "base")
         steps.append(first)
-        base_ref, base_identity, base_labels = first.tag, f"base:built:{tier.content_hash}", {}
+        base_identity, base_labels = f"base:built:{tier.content_hash}", {}
         fixes = fixes_label(request)
         notices.append(
             f"BASE_IMAGE {facts.image} was built from another {base.BASE_DOCKERFILE} ({base.CONTENT_HASH_LABEL} "
@@ -248,6 +343,17 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
         # on any other base the label is left to inheritance from the base image itself (FROM keeps labels).
         same = bool(tier and tier.content_hash and facts and facts.content_hash == tier.content_hash)
         fixes = fixes_label(request) if same else {}
+        if tier and facts and tier.content_hash is None and facts.content_hash:
+            # The upstream's digest is part of the content hash: without it, only the file's own hash can tell.
+            changed = facts.files_hash is not None and facts.files_hash != tier.files_hash
+            notices.append(
+                f"{base.BASE_DOCKERFILE} "
+                + ("differs from the one BASE_IMAGE " + facts.image + " was built from (" + base.FILES_HASH_LABEL
+                   + "), but" if changed else "may differ from BASE_IMAGE " + facts.image + "'s:")
+                + f" the base tier's own BASE_IMAGE {tier.upstream} is not on this engine, so its content hash "
+                "cannot be computed and the base tier is not rebuilt; --pull reads its digest from the registry "
+                "and rebuilds the base tier when it changed"
+            )  # fmt: skip
         if tier and facts and facts.content_hash is None and facts.digest:
             notices.append(
                 f"BASE_IMAGE {facts.image} carries no {base.CONTENT_HASH_LABEL} label, so whether it matches "
@@ -269,10 +375,12 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
         **fixes,
         label.VLLM_COMMIT: request.vllm_commit,
         "org.opencontainers.image.revision": request.vllm_commit,
+        **({} if request.vllm_dirty is None else {label.VLLM_DIRTY: str(request.vllm_dirty).lower()}),
     }
 
     listing = archmod.canonical(request.archs)
     in_file = f"stage {vd.DEEPEP_STAGE} of {df.display}"
+    rocshmem_in_file = f"stage {vd.ROCSHMEM_STAGE} of {df.display}"
 
     def step(
         target: str, args: dict[str, str], tag: str, extra: str = "", push: bool = False,
@@ -283,7 +391,7 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
         digest_ = input_hash(df, stages, args, target, tree, f"{base_identity}\0{extra}")
         # Evidence for every tier that holds DeepEP: built in this step (its stage is reached), or inherited.
         builds = deepep and any(s.name == vd.DEEPEP_STAGE for s in stages)
-        check = DeepEPCheck(listing, in_file) if builds else inherited
+        check = DeepEPCheck(listing, in_file, rocshmem_stage=rocshmem_in_file) if builds else inherited
         return BuildStep(
             target=target,
             tag=tag,
@@ -297,27 +405,44 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
             force=request.force,
             load=request.load,
             deepep_check=check,
+            contexts=dict(carried),
         )
 
     final_tag = request.tag or image_tag(request.image_repo, request.target, request.archs, request.vllm_archs)
     if not deepep:
         final_tag = request.tag or f"{request.image_repo}:{request.target.replace('_', '-')}"
     if request.target != "test":
-        steps.append(step(request.target, common, final_tag, push=request.push))
+        only = step(request.target, common, final_tag, push=request.push)
+        if request.target == "ci_base":
+            only = BuildStep(**{**only.__dict__, "labels": {**request.ci_base_meta, **only.labels}})
+        steps.append(only)
         return BuildPlan(tuple(steps), tuple(notes), tuple(notices))
     if request.ci_base_image:
         base_ref = request.ci_base_image
         ci_identity = f"given:{request.ci_base_digest or request.ci_base_image}"
-        notes.append(f"test is built on the given ci_base {base_ref}; ci_base is not built")
-        inherited = DeepEPCheck(listing, f"the given ci_base {base_ref}",
-                                f"give a --ci-base whose DeepEP is built for {listing}, or leave --ci-base out")
+        if request.ci_base_reused:
+            notes.append(f"test is built on {base_ref}: {request.ci_base_reused}; ci_base is not built")
+            fix = "rebuild with --force after removing that image, or pass --ci-base with a ci_base built for it"
+        else:
+            notes.append(f"test is built on the given ci_base {base_ref}; ci_base is not built")
+            fix = f"give a --ci-base whose DeepEP is built for {listing}, or leave --ci-base out"
+        how = "reused" if request.ci_base_reused else "given"
+        inherited = DeepEPCheck(listing, f"the {how} ci_base {base_ref}", fix)
+        # Labelled from what that image holds: the checkout's pins and the requested list would be claims.
+        for key, _ in label.HELD:
+            labels.pop(key, None)
+        labels.update(label.held(request.ci_base_labels or {}))
     else:
         ci_tag = image_tag(request.image_repo, "ci_base", request.archs, request.vllm_archs)
         ci = step("ci_base", common, ci_tag)
+        ci = BuildStep(**{**ci.__dict__, "labels": {**request.ci_base_meta, **ci.labels}})
+        ci, base_ref, contexts = chained(ci, request.chain, "ci_base")
+        carried.update(contexts)
         steps.append(ci)
-        base_ref, ci_identity = ci_tag, f"built:{ci.input_hash}"
+        ci_tag, ci_identity = ci.tag, f"built:{ci.input_hash}"
         notes.append(f"ci_base {ci_tag} is reused when its {INPUT_HASH_LABEL} label matches {ci.input_hash}")
-        inherited = DeepEPCheck(listing, f"{in_file}, in ci_base {ci_tag}")
+        inherited = DeepEPCheck(listing, f"{in_file}, in ci_base {ci_tag}",
+                                rocshmem_stage=f"{rocshmem_in_file}, in ci_base {ci_tag}")
     test = step("test", {**common, "CI_BASE_IMAGE": base_ref}, final_tag, extra=ci_identity, push=request.push,
                 inherited=inherited)  # fmt: skip
     steps.append(BuildStep(**{**test.__dict__, "labels": {**test.labels, label.CI_BASE_IMAGE: base_ref}}))

@@ -118,24 +118,34 @@ def refusal(
     )
 
 
-def vllm_commit(path: Path) -> str:
-    """The checkout's commit, marked -dirty with local changes; the tree's content is hashed separately."""
-    # The checkout's own repository only: without a ceiling, git walks up and would label a plain copy of
-    # vLLM's files with the commit of whatever repository encloses it (a home folder under git, a CI workspace).
+def _git(path: Path, *args: str) -> subprocess.CompletedProcess | None:
+    """git in the checkout's own repository only: without a ceiling, git walks up and would label a plain copy
+    of vLLM's files with the commit of whatever repository encloses it (a home folder under git, a CI
+    workspace). safe.directory for this one path: a checkout owned by another user (a CI agent's, a bind
+    mount) is still read, rather than labelled "unknown" while git knows its commit."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(os.path.realpath(path))
     try:
-        done = subprocess.run(
-            ["git", "-C", str(path), "describe", "--always", "--dirty", "--abbrev=40"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=30,
-            env=env,
-        )
+        return subprocess.run(
+            ["git", "-c", f"safe.directory={os.path.realpath(path)}", "-C", str(path), *args],
+            capture_output=True, text=True, check=False, timeout=30, env=env,
+        )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown (not a git checkout)"
+        return None
+
+
+def vllm_commit(path: Path) -> str:
+    """The checkout's commit (full sha); local changes are said by vllm_dirty, in a label of their own, so
+    org.opencontainers.image.revision is always a commit git can show."""
+    done = _git(path, "rev-parse", "--verify", "HEAD")
+    text = done.stdout.strip() if done and done.returncode == 0 else ""
+    return text if re.fullmatch(r"[0-9a-f]{40,64}", text) else "unknown (not a git checkout)"
+
+
+def vllm_dirty(path: Path) -> bool | None:
+    """Whether the checkout has local changes (tracked or untracked); None when git cannot say."""
+    done = _git(path, "status", "--porcelain", "--untracked-files=normal")
+    return bool(done.stdout.strip()) if done and done.returncode == 0 else None
 
 
 def _no_credentials(name: str, value: str, where: str) -> str:
@@ -199,9 +209,12 @@ def extra_build_args(df: vd.VllmDockerfile, pairs: tuple[tuple[str, str], ...]) 
     return out
 
 
-def base_facts(s, co: Checkout, engine, *, resolve: bool) -> planmod.BaseFacts | None:
-    """What BASE_IMAGE and the base tier's own BASE_IMAGE are on the engine now (None: not asked, a dry run
-    without an engine)."""
+def base_facts(s, co: Checkout, engine, *, resolve: bool, from_registry: bool = False) -> planmod.BaseFacts | None:
+    """What BASE_IMAGE and the base tier's own BASE_IMAGE are now (None: not asked, a dry run without an engine).
+
+    `from_registry` (--pull): a tag's digest is the registry's, so a republished tag is seen even before
+    (or without, in a dry run) pulling it; the local copy's identity otherwise.
+    """
     from rocmci.errors import EngineError
     from rocmci.image import base
 
@@ -210,6 +223,10 @@ def base_facts(s, co: Checkout, engine, *, resolve: bool) -> planmod.BaseFacts |
     def digest_of(ref: str) -> tuple[str | None, bool]:
         if "@sha256:" in ref:
             return ref.rsplit("@", 1)[1], True
+        if from_registry:
+            remote = engine.registry_digest(ref)
+            if remote:
+                return remote, True
         attrs = engine.image_attrs(ref)
         found = engine.image_digest(ref) if attrs else None
         pinnable = bool(found) and found != (attrs or {}).get("Id")
@@ -224,13 +241,15 @@ def base_facts(s, co: Checkout, engine, *, resolve: bool) -> planmod.BaseFacts |
         return None
     labels = ((attrs or {}).get("Config") or {}).get("Labels") or {}
     tier = base.tier(co.path, digest_of)
-    return planmod.BaseFacts(image, digest, pinnable, labels.get(base.CONTENT_HASH_LABEL), tier)
+    return planmod.BaseFacts(image, digest, pinnable, labels.get(base.CONTENT_HASH_LABEL), tier,
+                             files_hash=labels.get(base.FILES_HASH_LABEL))  # fmt: skip
 
 
 def build_request(
     s, co: Checkout, req: checkmod.ArchRequest, *, target: str, tag: str | None, ci_base: str | None,
     push: bool, force: bool, base: planmod.BaseFacts | None = None, extra_args: dict[str, str] | None = None,
-    load: bool = False, ci_base_digest: str | None = None,
+    load: bool = False, ci_base_digest: str | None = None, ci_base_labels: dict[str, str] | None = None,
+    chain: planmod.Chain | None = None,
 ) -> planmod.BuildRequest:
     labels, overrides = pins(s)  # --tag and --ci-base were checked as image references when parsed
     return planmod.BuildRequest(
@@ -242,6 +261,7 @@ def build_request(
         overrides=overrides,
         image_repo=s.image_repo,
         vllm_commit=vllm_commit(co.path),
+        vllm_dirty=vllm_dirty(co.path),
         target=target,
         tag=tag,
         ci_base_image=ci_base,
@@ -252,6 +272,8 @@ def build_request(
         extra_args=extra_args or {},
         load=load,
         ci_base_digest=ci_base_digest,
+        ci_base_labels=ci_base_labels,
+        chain=chain,
         rocm_fixes=rocm_fixes(co.path),
     )
 

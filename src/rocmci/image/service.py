@@ -66,7 +66,7 @@ def build(v) -> int:
 
     from rocmci import arch as archmod
     from rocmci.engine import Engine
-    from rocmci.errors import EngineError
+    from rocmci.errors import EngineError, UsageError
     from rocmci.image import check as checkmod
     from rocmci.image import evidence, requests
     from rocmci.image import plan as planmod
@@ -100,6 +100,7 @@ def build(v) -> int:
     extra_args = requests.extra_build_args(co.dockerfile, v.build_arg)
     engine = Engine(s.docker, s.engine_timeout)
     notes: list[str] = []
+    preflight: list[str] = []  # a dry run's "# preflight:" lines: what would stop the build, or was not checked
     reachable = True
     try:
         engine.server_version()
@@ -107,37 +108,61 @@ def build(v) -> int:
         if not v.dry_run:
             raise
         reachable = False
-        notes.append(f"the engine is not reachable ({exc.message}): BuildKit features, BASE_IMAGE's digest and "
-                     "the builder were not checked")  # fmt: skip
-    if reachable and v.target != "base":
-        _require_features(engine, co.dockerfile, notes)
-    if v.pull and not v.dry_run:
-        eprint(f"pulling {s.require('base_image')}")
-        engine.pull(s.require("base_image"))
-    facts = requests.base_facts(s, co, engine, resolve=reachable)
-    if v.dry_run and facts is not None and facts.digest is None:
+        preflight.append(f"not checked: {exc.message}: BuildKit features, BASE_IMAGE's digest and the builder")
+        notes.append("the engine is not reachable: BuildKit features, BASE_IMAGE's digest and the builder "
+                     "were not checked")  # fmt: skip
+    if reachable:  # the positive control: a file any BuildKit builder must accept, built for real
+        _preflight(lambda: _require_buildkit(engine), v.dry_run, preflight)
+    if reachable and v.target != "base" and not preflight:
+        _preflight(lambda: _require_features(engine, co.dockerfile, notes), v.dry_run, preflight)
+    if v.pull and reachable and v.target != "base":
+        _pull(engine, s.require("base_image"), v.dry_run, "BASE_IMAGE", notes)
+    facts = requests.base_facts(s, co, engine, resolve=reachable, from_registry=v.pull)
+    if facts is None and v.dry_run:  # no engine: the checkout's files still say what would be built
+        from rocmci.image import base as basemod
+
+        facts = planmod.BaseFacts(s.require("base_image"), None, False, None,
+                                  basemod.tier(co.path, lambda ref: (None, False)), tag_only=True)  # fmt: skip
+        notes.append(f"BASE_IMAGE {facts.image} was not looked up (no engine): the hashes shown use its tag")
+    if v.dry_run and reachable and facts is not None and facts.digest is None:
         notes.append(f"BASE_IMAGE {facts.image} is not on this engine: a build refuses to key reuse on a tag "
                      "(--pull fetches it); the hashes shown use its tag")  # fmt: skip
         facts = replace(facts, tag_only=True)
     builder = _builder(engine) if reachable else None
     load = builder is not None and builder[1] != "docker"
+    chain = planmod.tier_chain(s, builder)
     if builder is not None:
         how = "--load puts each result in the local image store" if load else "results land in the image store"
-        notes.append(f"buildx builder {builder[0]} (driver {builder[1]}): {how}")
-    ci_digest = engine.image_digest(v.ci_base) if v.ci_base and reachable else None
-    plan = planmod.plan_build(
-        requests.build_request(
-            s, co, req, target=v.target, tag=v.tag, ci_base=v.ci_base, push=v.push, force=v.force, base=facts,
-            extra_args=extra_args, load=load, ci_base_digest=ci_digest,
-        )
+        notes.append(f"buildx builder {builder[0]} (driver {builder[1]}): {how}; {chain.describe()}")
+    ci_base = v.ci_base
+    if ci_base and reachable and v.pull:
+        _pull(engine, ci_base, v.dry_run, "the given ci_base", notes)
+    ci_digest = _digest(engine, ci_base, v.pull) if ci_base and reachable else None
+    ci_labels = engine.image_labels(ci_base) if ci_base and reachable else None
+    if ci_base and reachable and ci_labels is None and not v.dry_run:
+        raise UsageError(f"--ci-base {ci_base} is not on this engine", hint="pull it, or add --pull")
+    request = requests.build_request(
+        s, co, req, target=v.target, tag=v.tag, ci_base=ci_base, push=v.push, force=v.force, base=facts,
+        extra_args=extra_args, load=load, ci_base_digest=ci_digest, ci_base_labels=ci_labels, chain=chain,
     )  # fmt: skip
+    plan = planmod.plan_build(request)
+    ci_step = next((st for st in plan.steps if st.target == "ci_base"), None)
+    if ci_step is not None:
+        request = _ci_base_reuse(s, co, engine, request, ci_step, facts, reachable, v, notes)
+        plan = planmod.plan_build(request)
+    tier = facts.tier if facts else None
+    if v.pull and reachable and tier and any(step.target == "base" for step in plan.steps):
+        _pull(engine, tier.upstream, v.dry_run, f"the base tier's BASE_IMAGE ({tier.path.name})", notes)
     if reachable and any(step.target == "base" for step in plan.steps):
         from rocmci.checkout import BASE_DOCKERFILE
         from rocmci.checkout import load as load_dockerfile
 
-        _require_features(engine, load_dockerfile(co.path, BASE_DOCKERFILE), notes)
+        _preflight(lambda: _require_features(engine, load_dockerfile(co.path, BASE_DOCKERFILE), notes), v.dry_run,
+                   preflight)  # fmt: skip
     if v.dry_run:
         client = _client(engine)
+        for line in preflight:
+            print(f"# preflight: {line}")
         commands = []
         for step in plan.steps:
             note = f"{step.target}: skipped when {step.tag} carries {label.INPUT_HASH}={step.input_hash}"
@@ -156,8 +181,94 @@ def build(v) -> int:
         eprint(f"note: {note}")
     from rocmci.image.build import build as run_build
 
+    if chain.layouts is not None:
+        chain.layouts.mkdir(parents=True, exist_ok=True)
+
     run_build(plan, engine, live=_live(), log=eprint)
     return 0
+
+
+def _require_buildkit(engine) -> None:
+    from rocmci.engine import NO_BUILDER_HINT
+    from rocmci.errors import PreflightError
+
+    ok, detail = engine.buildkit_works()
+    if not ok:
+        raise PreflightError(f"{engine.client} cannot build an image with BuildKit: {detail}", hint=NO_BUILDER_HINT)
+
+
+def _preflight(check, dry_run: bool, lines: list[str]) -> None:
+    """Run a check that refuses the build; a dry run prints its refusal as a `# preflight:` line and goes on."""
+    from rocmci.errors import RocmciError
+
+    try:
+        check()
+    except RocmciError as exc:
+        if not dry_run:
+            raise
+        lines.append(f"the build would stop here (exit {exc.exit_code}): {exc.one_line()}")
+
+
+def _pull(engine, ref: str, dry_run: bool, what: str, notes: list[str]) -> None:
+    if dry_run:
+        notes.append(f"--pull: {what} {ref} would be pulled first: docker pull {ref}")
+        return
+    eprint(f"pulling {what} {ref}")
+    engine.pull(ref)
+
+
+def _digest(engine, ref: str, from_registry: bool) -> str | None:
+    """What `ref` is now: with --pull the registry's digest (a republished tag is seen), else the local one's."""
+    if from_registry and "@" not in ref:
+        found = engine.registry_digest(ref)
+        if found:
+            return found
+    return engine.image_digest(ref)
+
+
+def _ci_base_reuse(s, co, engine, request, ci_step, facts, reachable: bool, v, notes: list[str]):
+    """vLLM CI's ci_base under this build's content hash (ci-bake-rocm.sh's own hash): built on when the registry
+    or this engine holds it, else rocmci's own ci_base carries the labels the bake writes."""
+    from dataclasses import replace
+
+    from rocmci.image import cibase
+
+    base_arg = ci_step.build_args.get("BASE_IMAGE", "")
+    if base_arg and "@sha256:" not in base_arg and not (facts and facts.digest and not facts.tag_only):
+        notes.append("vLLM CI's ci_base content hash needs BASE_IMAGE's digest: not computed, so no published "
+                     "ci_base is looked for")  # fmt: skip
+        return request
+    found = cibase.compute(co.path, ci_step.build_args, facts.digest if facts else None, s.ci_base_tag)
+    if found is None:
+        notes.append(f"the checkout has no {cibase.SCRIPT}: vLLM CI's ci_base content hash is not computed, so "
+                     "no published ci_base is looked for")  # fmt: skip
+        return request
+    tag = found.tag(s.ci_base_tag)
+    if request.target != "test" or not reachable:
+        if request.target == "test":
+            notes.append(f"vLLM CI's ci_base for these inputs is {tag}: the engine is not reachable, so whether it "
+                         "exists was not checked")  # fmt: skip
+        return replace(request, ci_base_meta=found.labels)
+    in_registry = engine.registry_digest(tag)
+    labels = engine.image_labels(tag)
+    if in_registry and (v.pull or labels is None):
+        _pull(engine, tag, v.dry_run, "vLLM CI's ci_base", notes)
+        if not v.dry_run:
+            labels = engine.image_labels(tag)
+    if labels is None and in_registry and v.dry_run:
+        labels = {cibase.HASH_LABEL: found.content_hash}  # its tag names the hash; the real run reads the label
+    if labels is None or labels.get(cibase.HASH_LABEL) != found.content_hash:
+        if labels is not None:
+            notes.append(f"{tag} is here but its {cibase.HASH_LABEL} is {labels.get(cibase.HASH_LABEL) or 'absent'}"
+                         ": not reused")  # fmt: skip
+        else:
+            notes.append(f"no {tag} in its registry or on this engine: ci_base is built (labelled as the bake "
+                         "labels it)")  # fmt: skip
+        return replace(request, ci_base_meta=found.labels)
+    # Keyed on what the build starts from: the local copy (pulled first with --pull), the registry's in a dry run.
+    digest = engine.image_digest(tag) or in_registry
+    why = f"vLLM CI's ci_base with the same {cibase.HASH_LABEL} {found.content_hash[:16]}"
+    return replace(request, ci_base_image=tag, ci_base_digest=digest, ci_base_labels=labels, ci_base_reused=why)
 
 
 def _require_features(engine, df, notes: list[str]) -> None:

@@ -57,11 +57,8 @@ class ImageFacts:
 
 
 def arch_from_labels(labels: Mapping[str, str]) -> tuple[str | None, str]:
-    for key in label.ARCH_LABELS:
-        value = (labels.get(key) or "").strip()
-        if value:
-            return value, f"label {key}"
-    return None, f"no {' or '.join(label.ARCH_LABELS)} label"
+    """Evidence over declarations: the label image.build writes from verified code objects, else a declared one."""
+    return label.image_arch(labels)
 
 
 def parse_probe(stdout: str) -> tuple[str | None, str]:

@@ -1,7 +1,9 @@
 """Run inside a retargeted image: deep_ep imports, and its code objects are exactly the expected gfx targets.
 
 Usage: python3 /opt/rocmci/verify_deepep.py --expect 'gfx942;gfx950'
-Prints one JSON line {"ok", "expected", "found", "libraries", "error"}; exit 0 when they match, 1 otherwise.
+Prints one JSON line {"ok", "expected", "found", "libraries", "error", "rocshmem"}; exit 0 when DeepEP's match,
+1 otherwise. "rocshmem" lists the targets of rocSHMEM's shared libraries under $ROCSHMEM_DIR (default
+/opt/rocshmem) the same way, for the caller to judge ({"libraries": [], ...} when there are none to read).
 Standard library only: it runs with the image's own python3. The offload bundles of DeepEP's extension
 libraries are listed with ROCm's roc-obj-ls; a bundle ID reads like hipv4-amdgcn-amd-amdhsa--gfx942.
 """
@@ -36,6 +38,18 @@ def targets_of(tool: str, library: str) -> set[str]:
     return set(BUNDLE.findall(done.stdout))
 
 
+def rocshmem_targets(tool: str) -> dict:
+    root = os.environ.get("ROCSHMEM_DIR") or "/opt/rocshmem"
+    libraries = sorted(set(glob.glob(os.path.join(root, "lib*", "**", "*.so*"), recursive=True)))
+    answer: dict = {"dir": root, "libraries": libraries, "found": [], "error": None}
+    try:
+        for library in libraries:
+            answer["found"] = sorted(set(answer["found"]) | targets_of(tool, library))
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        answer["error"] = str(exc)
+    return answer
+
+
 def verify(expected: list[str]) -> dict:
     result: dict = {"ok": False, "expected": expected, "found": [], "libraries": [], "error": None}
     try:
@@ -60,6 +74,7 @@ def verify(expected: list[str]) -> dict:
         result["error"] = str(exc)
         return result
     result["found"] = sorted(found)
+    result["rocshmem"] = rocshmem_targets(tool)
     result["ok"] = sorted(found) == expected
     if not result["ok"]:
         result["error"] = f"code objects are for {sorted(found) or 'nothing'}, expected {expected}"
