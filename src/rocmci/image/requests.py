@@ -230,6 +230,10 @@ def build_request(
     load: bool = False, ci_base_digest: str | None = None,
 ) -> planmod.BuildRequest:
     labels, overrides = pins(s)  # --tag and --ci-base were checked as image references when parsed
+    try:
+        extra = label.extra(s.extra_labels)
+    except ValueError as exc:
+        raise UsageError(f"{s.describe('extra_labels')}: {exc}") from None
     return planmod.BuildRequest(
         checkout=co.path,
         dockerfile=co.dockerfile,
@@ -250,6 +254,7 @@ def build_request(
         load=load,
         ci_base_digest=ci_base_digest,
         rocm_fixes=rocm_fixes(co.path),
+        extra_labels=extra,
     )
 
 
