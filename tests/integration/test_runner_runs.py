@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SHARED_VLLM, run_invoke
+from tests.conftest import REPO, SHARED_VLLM, interruptible, run_invoke
 from tests.integration.helpers import build_runner_ci_image, fake_host  # noqa: F401 - a fixture
 
 RUNNER = SHARED_VLLM / "buildkite" / "scripts" / "hardware_ci" / "run-amd-test.sh"
@@ -162,7 +162,7 @@ def test_ctrl_c_stops_the_runner_and_removes_its_container(engine, ci_image, che
     argv = [sys.executable, "-m", "invoke", "--search-root", str(REPO), "run.step", "--step", "Runner Sleep",
             "--vllm-src", str(checkout), "--host-root", str(host), "--image", ci_image, "--skip-preflight"]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+                            preexec_fn=interruptible)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         while not left(engine) and proc.poll() is None and time.monotonic() < deadline:
