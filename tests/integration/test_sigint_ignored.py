@@ -25,9 +25,9 @@ def _ignore_sigint() -> None:
 
 def test_an_interrupt_test_passes_under_a_parent_that_ignores_sigint(engine, standin_image):
     # The set-up is what it claims: a Python started this way inherits the ignored SIGINT.
-    probe = [sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT))"]
+    probe = [sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"]
     seen = subprocess.run(probe, preexec_fn=_ignore_sigint, capture_output=True, text=True, timeout=60, check=True)
-    assert seen.stdout.strip() == "Handlers.SIG_IGN"
+    assert seen.stdout.strip() == "True"
     path, selection = INTERRUPT_TEST
     env = {**os.environ, "REQUIRE_DOCKER_TESTS": "1"}
     done = subprocess.run(
