@@ -63,9 +63,12 @@ def installed(session: nox.Session) -> None:
     # The tests' own package (tests.*) from the checkout; rocmci only from the venv (conftest checks it).
     env = {"ROCMCI_TEST_INSTALLED": "1", "PYTHONPATH": str(repo), "VIRTUAL_ENV": str(venv),
            "PATH": os.pathsep.join([str(venv / "bin"), os.environ.get("PATH", "")])}  # fmt: skip
-    session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(repo), "-c",
-                str(repo / "pyproject.toml"), *tests, env=env, external=True)  # fmt: skip
-    shutil.rmtree(outside, ignore_errors=True)
+    try:
+        session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(repo), "-c",
+                    str(repo / "pyproject.toml"), *tests, env=env, external=True)  # fmt: skip
+    finally:
+        session.chdir(repo)
+        shutil.rmtree(outside, ignore_errors=True)  # the venv and wheel are this session's alone
 
 
 @nox.session
