@@ -42,6 +42,11 @@ def case_label(repo: str) -> str:
     return f"{RUN_LABEL}.case={repo.rsplit('-', 1)[1]}"
 
 
+def has_own_labels(engine, image: str, repo: str) -> bool:
+    labels = engine.image_labels(image) or {}
+    return all(labels.get(key) == value for key, value in (s.split("=", 1) for s in (RUN_SELECTOR, case_label(repo))))
+
+
 def make_image(engine, repo: str, tag: str, dockerfile: str, *args: str) -> str:
     labels = ["--label", RUN_SELECTOR, "--label", case_label(repo)]
     done = subprocess.run(
@@ -76,6 +81,7 @@ def test_moving_the_base_tag_rebuilds_and_a_base_known_only_by_tag_is_refused(en
     assert done.returncode == 0, done.stderr[-3000:]
     tag = built(done.stderr)["ci_base"]
     assert engine.image_labels(tag)["rocmci.base-image.digest"] == first
+    assert has_own_labels(engine, tag, repo)  # setting extra_labels, so this test finds what it made
     again = run_invoke("image.build", "--vllm-src", str(tree), "--target", "ci_base", env=settings)
     assert again.returncode == 0 and "is up to date" in again.stderr and not built(again.stderr)
 
@@ -104,6 +110,7 @@ def test_a_changed_base_dockerfile_rebuilds_base_then_ci_base_then_test(engine, 
     assert done.returncode == 0, done.stderr[-3000:]
     base_tag = built(done.stderr)["base"]
     labels = engine.image_labels(base_tag)
+    assert has_own_labels(engine, base_tag, repo)  # built FROM the shared base image: only extra_labels gives them
     assert len(labels["vllm.rocm_base.content_hash"]) == 64 and labels["vllm.rocm_base.dockerfile"] == (
         "docker/Dockerfile.rocm_base"
     )
