@@ -34,3 +34,24 @@ def test_text_that_is_no_label_list_is_refused_where_it_is_read(raw):
     with pytest.raises(UsageError):
         convert(SETTING, raw, "env ROCMCI_EXTRA_LABELS")
     assert convert(SETTING, "k=v,rocmci.test.run=0f", "env ROCMCI_EXTRA_LABELS") == "k=v,rocmci.test.run=0f"
+
+
+def test_every_tier_of_a_build_plan_carries_them(tmp_path):
+    import shutil
+
+    from tests.conftest import REPO, run_invoke
+
+    tree = tmp_path / "vllm"
+    shutil.copytree(REPO / "tests" / "data" / "vllm-standin", tree)
+    env = {"ROCMCI_EXTRA_LABELS": "rocmci.test.run=0f1e,team=ci", "DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
+    done = run_invoke("image.build", "--vllm-src", str(tree), "-n", env=env)
+    assert done.returncode == 0, done.stderr
+    tiers = done.stdout.count(" build \\\n")
+    assert tiers == 2 and done.stdout.count("--label rocmci.test.run=0f1e") == tiers, done.stdout
+    assert done.stdout.count("--label team=ci") == tiers
+    reserved = {**env, "ROCMCI_EXTRA_LABELS": "rocmci.arch=x"}
+    refused = run_invoke("image.build", "--vllm-src", str(tree), "-n", env=reserved)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "rocmci: setting 'extra_labels' (env ROCMCI_EXTRA_LABELS): 'rocmci.arch' is a label rocmci or vLLM's CI "
+        "writes or reads itself; choose another key"
+    ]
