@@ -49,7 +49,7 @@ steps:
   mirror_hardwares: [amdproduction]
   source_file_dependencies: [vllm/]
   commands:
-  - echo sleeping-now && sleep 600
+  - echo SLEEPER && sleep 600
 - label: Runner DeepEP MoE
   agent_pool: mi250_4
   mirror_hardwares: [amdproduction]
@@ -58,6 +58,9 @@ steps:
   commands:
   - pytest -v -s kernels/moe/test_deepep_moe.py
 """
+# The sleeping step names this run: another run on the host has its own (pgrep below sees only ours).
+SLEEPER = f"sleeping-now-{RUN_ID}"
+STEPS = STEPS.replace("SLEEPER", SLEEPER)
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +176,7 @@ def test_ctrl_c_stops_the_runner_and_removes_its_container(engine, ci_image, che
         _, err = proc.communicate(timeout=90)
         assert proc.returncode == 130, err[-2000:]
         assert not left(engine)
-        assert not subprocess.run(["pgrep", "-f", "sleeping-now"], capture_output=True).stdout
+        assert not subprocess.run(["pgrep", "-f", SLEEPER], capture_output=True).stdout
     finally:
         if proc.poll() is None:
             proc.kill()
