@@ -61,7 +61,8 @@ def installed(session: nox.Session) -> None:
     session.chdir(run_in)
     tests = [str(repo / t) for t in (session.posargs or _INSTALLED_TESTS)]
     # The tests' own package (tests.*) from the checkout; rocmci only from the venv (conftest checks it).
-    env = {"ROCMCI_TEST_INSTALLED": "1", "PYTHONPATH": str(repo), "VIRTUAL_ENV": str(venv),
+    # Not a ROCMCI_* name: rocmci refuses environment variables of its prefix that name no setting.
+    env = {"TEST_INSTALLED_ROCMCI": "1", "PYTHONPATH": str(repo), "VIRTUAL_ENV": str(venv),
            "PATH": os.pathsep.join([str(venv / "bin"), os.environ.get("PATH", "")])}  # fmt: skip
     try:
         session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(repo), "-c",

@@ -28,11 +28,11 @@ RUN_LABEL = "rocmci.test.run"
 RUN_ID = uuid.uuid4().hex
 RUN_SELECTOR = f"{RUN_LABEL}={RUN_ID}"
 # `nox -s installed`: the tests run against the wheel installed in a venv outside the tree, never src/.
-TEST_INSTALLED = os.environ.get("ROCMCI_TEST_INSTALLED") == "1"
+TEST_INSTALLED = os.environ.get("TEST_INSTALLED_ROCMCI") == "1"
 
 
 def installed_rocmci_problem() -> str | None:
-    """Why this process's rocmci is not the installed package (None when it is), for ROCMCI_TEST_INSTALLED=1."""
+    """Why this process's rocmci is not the installed package (None when it is), for TEST_INSTALLED_ROCMCI=1."""
     import rocmci
 
     where = Path(rocmci.__file__).resolve()
@@ -46,7 +46,7 @@ def installed_rocmci_problem() -> str | None:
 
 def pytest_configure(config):
     if TEST_INSTALLED and (problem := installed_rocmci_problem()):
-        raise pytest.UsageError(f"ROCMCI_TEST_INSTALLED=1: {problem}; run `nox -s installed`")
+        raise pytest.UsageError(f"TEST_INSTALLED_ROCMCI=1: {problem}; run `nox -s installed`")
 
 
 def interruptible() -> None:
