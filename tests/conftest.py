@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import sysconfig
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,43 @@ IN_CI = os.environ.get("CI") == "true"
 DOCKER_REQUIRED = IN_CI or os.environ.get("REQUIRE_DOCKER_TESTS") == "1"
 # Tests (node ids) allowed to skip under CI=true. It must stay empty: everything README claims runs in CI.
 ALLOWED_SKIPS_IN_CI: frozenset[str] = frozenset()
+
+# This test run's own label: every image and container the integration tests make carries it (their images
+# directly, containers through their image, images rocmci builds through setting extra_labels), so a test
+# finds and removes what it made, and only that, on an engine other runs share.
+RUN_LABEL = "rocmci.test.run"
+RUN_ID = uuid.uuid4().hex
+RUN_SELECTOR = f"{RUN_LABEL}={RUN_ID}"
+# `nox -s installed`: the tests run against the wheel installed in a venv outside the tree, never src/.
+TEST_INSTALLED = os.environ.get("TEST_INSTALLED_ROCMCI") == "1"
+
+
+def installed_rocmci_problem() -> str | None:
+    """Why this process's rocmci is not the installed package (None when it is), for TEST_INSTALLED_ROCMCI=1."""
+    import rocmci
+
+    where = Path(rocmci.__file__).resolve()
+    site = Path(sysconfig.get_paths()["purelib"]).resolve()
+    if REPO in where.parents:
+        return f"rocmci is imported from the source tree ({where}), not from the installed wheel"
+    if site not in where.parents:
+        return f"rocmci is imported from {where}, not from this venv's site-packages {site}"
+    return None
+
+
+def pytest_configure(config):
+    if TEST_INSTALLED and (problem := installed_rocmci_problem()):
+        raise pytest.UsageError(f"TEST_INSTALLED_ROCMCI=1: {problem}; run `nox -s installed`")
+
+
+def interruptible() -> None:
+    """preexec_fn of a child a test interrupts: SIGINT back to its default, whatever this run inherited.
+
+    A suite started with SIGINT ignored (a background job of a script, nohup under some shells) passes the
+    ignored disposition on through exec, and Python then installs no KeyboardInterrupt handler in the child:
+    the test's SIGINT would do nothing and the test would wait for its bound."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 
 _skipped: list[tuple[str, str]] = []  # (node id, reason) of every test or module that skipped
 

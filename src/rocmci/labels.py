@@ -107,3 +107,23 @@ INSPECT_ROWS: tuple[tuple[str, ...], ...] = (
     ("retargeted from", RETARGET_FROM),
     ("input hash", INPUT_HASH),
 )
+
+
+# Keys an extra label (setting extra_labels) may not take: those rocmci writes or reads, and vLLM's and OCI's.
+_FOREIGN = ("vllm.", "org.opencontainers.")
+
+
+def extra(text: str) -> dict[str, str]:
+    """The extra labels of setting extra_labels (already checked against its pattern) as a dict.
+
+    ValueError names a key that would overwrite a label rocmci writes or reads, or that repeats."""
+    own = {value for name, value in globals().items() if name.isupper() and isinstance(value, str)}
+    pairs: dict[str, str] = {}
+    for item in filter(None, text.split(",")):
+        key, value = item.split("=", 1)
+        if key in own or key.startswith(_FOREIGN):
+            raise ValueError(f"{key!r} is a label rocmci or vLLM's CI writes or reads itself; choose another key")
+        if key in pairs:
+            raise ValueError(f"{key!r} is given twice")
+        pairs[key] = value
+    return pairs

@@ -167,6 +167,13 @@ REGISTRY: tuple[Setting, ...] = (
         choices=("auto", "store", "registry", "context"),
     ),
     Setting(
+        "extra_labels",
+        "labels KEY=VALUE[,KEY=VALUE...] added to every image rocmci builds (e.g. a test run's own label)",
+        default="",
+        pattern=r"|[a-z0-9][a-z0-9.-]{0,99}=[A-Za-z0-9._:-]{0,200}(,[a-z0-9][a-z0-9.-]{0,99}=[A-Za-z0-9._:-]{0,200}){0,7}",
+        pattern_hint="up to 8 KEY=VALUE pairs joined by ',' (keys: lower-case letters, digits, '.', '-')",
+    ),
+    Setting(
         "image",
         "image to run workloads in (empty: the tag `image.build` makes)",
         default="",

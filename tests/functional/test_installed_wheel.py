@@ -103,3 +103,49 @@ def test_the_installed_code_object_probe_finds_its_verifier(installed):
     found = _run([python, "-c", "from rocmci.runs import images; print(images.VERIFY_SCRIPT.is_file())"],
                  cwd=site.parent, env=_env())  # fmt: skip
     assert found.stdout.strip() == "True"
+
+
+# Every task that has a dry run, with the arguments it needs besides -n, run from the installed wheel.
+STEP = "Kernels FP8 MoE Test (2xH100-2xMI300)"  # a step of vLLM's real test-amd.yaml (fixture)
+DRY_RUNS: dict[str, tuple[str, ...]] = {
+    "image.build": (),
+    "image.retarget": ("--from", "rocm/vllm-ci:x", "--arch", "gfx942"),
+    "run.bisect": ("--step", STEP, "--good", "HEAD~1", "--bad", "HEAD"),
+    "run.dp-example": (),
+    "run.moe-tests": (),
+    "run.step": ("--step", STEP),
+}
+
+
+@pytest.fixture(scope="module")
+def vllm_checkout(tmp_path_factory, vllm_fixtures) -> Path:
+    """A vLLM-like checkout from upstream's real files, with two commits (run.bisect needs a good and a bad)."""
+    root = tmp_path_factory.mktemp("vllm-checkout")
+    shutil.copytree(vllm_fixtures / "docker", root / "docker")
+    (root / ".buildkite").mkdir()
+    shutil.copy(vllm_fixtures / "test-amd.yaml", root / ".buildkite" / "test-amd.yaml")
+    shutil.copytree(vllm_fixtures / "buildkite" / "scripts", root / ".buildkite" / "scripts")
+    workspace = REPO / "tests" / "data" / "standin" / "vllm-workspace"
+    shutil.copytree(workspace / "tests", root / "tests")
+    shutil.copytree(workspace / "examples", root / "examples")
+    (root / "setup.py").write_text("# stand-in\n")
+    git = ["git", "-C", str(root), "-c", "user.email=t@t", "-c", "user.name=t", "-c", "commit.gpgsign=false"]
+    for step in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "good"], ["commit", "-qm", "bad", "--allow-empty"]):
+        _run([*git, *step])
+    return root
+
+
+def test_every_task_with_a_dry_run_dry_runs_from_the_installed_wheel(installed, vllm_checkout, tmp_path):
+    _, python, site = installed
+    rocmci = str(python.parent / "rocmci")
+    env = _env() | {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}  # a dry run needs no engine
+    listed = _run([rocmci, "--list"], cwd=vllm_checkout, env=env).stdout.split("\n")
+    tasks = [line.split()[0] for line in listed if line.strip()]
+    with_dry_run = {t for t in tasks if "--dry-run" in _run([rocmci, t, "-h"], cwd=vllm_checkout, env=env).stdout}
+    assert with_dry_run == set(DRY_RUNS), "a task gained or lost --dry-run: update DRY_RUNS"
+    for task, args in DRY_RUNS.items():
+        done = subprocess.run([rocmci, task, *args, "-n"], cwd=vllm_checkout, env=env, capture_output=True, text=True,
+                              timeout=120, check=False)  # fmt: skip
+        assert done.returncode == 0, f"{task}: {done.stderr[-2000:]}"
+        assert "Traceback" not in done.stderr and "dry run" in done.stderr, f"{task}: {done.stderr[-2000:]}"
+        assert str(REPO / "src") not in done.stdout + done.stderr, f"{task} reached the source tree"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DOCKER_REQUIRED, REPO
+from tests.conftest import DOCKER_REQUIRED, REPO, RUN_LABEL, RUN_SELECTOR
 from tests.unit.test_gpus import make_node
 
 STANDIN = REPO / "tests" / "data" / "standin"
@@ -63,7 +63,7 @@ def build_runner_ci_image(engine, python_image: str, context: Path, label: str, 
         "COPY site/ /usr/local/lib/python3.11/dist-packages/\n"
         "COPY workspace/ /opt/vllm-ci/workspace/\n"
         "RUN ln -s /usr/bin/python3 /usr/local/bin/python && echo 1234567890abcdef > /opt/vllm-ci/commit.txt\n"
-        f'LABEL {key}={value} rocmci.arch="gfx942;gfx950"\n' + extra
+        f'LABEL {key}={value} {RUN_SELECTOR} rocmci.arch="gfx942;gfx950"\n' + extra
     )
     tag = f"rocmci-test/runner-ci:{uuid.uuid4().hex[:8]}"
     done = subprocess.run([engine.client, "build", "--network", "none", "-q", "-t", tag, str(context)],
@@ -74,7 +74,8 @@ def build_runner_ci_image(engine, python_image: str, context: Path, label: str, 
 
 def _build(engine, tag: str, dockerfile: Path, *args: str) -> None:
     done = subprocess.run(
-        [engine.client, "build", "--network", "none", "-q", "-f", str(dockerfile), "-t", tag, *args, str(STANDIN)],
+        [engine.client, "build", "--network", "none", "-q", "-f", str(dockerfile), "-t", tag, "--label", RUN_SELECTOR,
+         *args, str(STANDIN)],
         env=engine.build_env,
         capture_output=True,
         text=True,
@@ -134,9 +135,33 @@ def moe(fake_host: Path, *args: str, mode: str = "pass") -> tuple[str, ...]:
 
 
 def leftovers(engine) -> list[str]:
-    from rocmci.runs.container import leftovers as labelled
+    """This run's containers still there: rocmci's label and this run's (inherited from the run's images).
 
-    return labelled(engine)
+    Never rocmci's label alone: other runs and engineers share the engine, and their containers are theirs."""
+    from rocmci.labels import MANAGED
+
+    mine = set(engine.containers(RUN_SELECTOR))
+    return [name for name in engine.containers(f"{MANAGED}=1") if name in mine]
+
+
+def case_labels() -> tuple[str, str]:
+    """(KEY=VALUE of a label unique to one test, ROCMCI_EXTRA_LABELS giving it and the run's label)."""
+    case = f"{RUN_LABEL}.case={uuid.uuid4().hex}"
+    return case, f"{RUN_SELECTOR},{case}"
+
+
+def remove_images(engine, selector: str, rounds: int = 5) -> list[str]:
+    """Remove every image carrying label `selector` (KEY=VALUE), tagged or not; return those still there.
+
+    Children before parents: a parent with a child left is refused by the engine, so up to `rounds` passes."""
+    left: list[str] = []
+    for _ in range(rounds):
+        found = engine.cli("images", "-a", "-q", "--no-trunc", "--filter", f"label={selector}", check=False)
+        left = found.stdout.split()
+        if not left:
+            return []
+        engine.cli("rmi", "-f", *dict.fromkeys(left), check=False, timeout=120)
+    return engine.cli("images", "-a", "-q", "--filter", f"label={selector}", check=False).stdout.split()
 
 
 def results_of(done) -> dict[str, dict]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SHARED_VLLM, run_invoke
+from tests.conftest import REPO, SHARED_VLLM, interruptible, run_invoke
 from tests.integration.helpers import build_runner_ci_image, fake_host, serve_registry  # noqa: F401 - a fixture
 
 RUNNER = SHARED_VLLM / "buildkite" / "scripts" / "hardware_ci" / "run-amd-test.sh"
@@ -168,7 +168,7 @@ def test_an_interrupted_bisect_resumes_without_rerunning_finished_commits(engine
     env = {**os.environ, **settings(tmp_path, published)}
     argv = [sys.executable, "-m", "invoke", "--search-root", str(REPO), *bisect_args(history, host)]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+                            preexec_fn=interruptible)  # fmt: skip
     log = tmp_path / "results" / "bisect"
     try:
         deadline = time.monotonic() + 300

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BUSYBOX_IMAGE, DOCKER_REQUIRED, PYTHON_IMAGE, REPO
+from tests.conftest import BUSYBOX_IMAGE, DOCKER_REQUIRED, PYTHON_IMAGE, REPO, interruptible
 from tests.integration.helpers import moe, run_env
 
 VLLM_STANDIN = REPO / "tests" / "data" / "vllm-standin"  # a small vLLM checkout; csrc/SLOW makes a step take 2 min
@@ -134,7 +134,7 @@ def user_env(**extra: str) -> tuple[dict[str, str], str]:
 def start(*args: str, env: dict[str, str]) -> subprocess.Popen:
     proc = subprocess.Popen(
         [sys.executable, "-m", "invoke", "--search-root", str(REPO), *args],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible,
     )  # fmt: skip
     _started.append(proc)
     return proc

@@ -13,7 +13,8 @@ import uuid
 
 import pytest
 
-from tests.conftest import REPO, run_invoke
+from tests.conftest import REPO, RUN_LABEL, RUN_SELECTOR, run_invoke
+from tests.integration.helpers import leftovers, remove_images
 
 STANDIN = REPO / "tests" / "data" / "vllm-standin"
 STEP = re.compile(r"^#(\d+) \[([\w-]+) \d+/\d+\] (.*)$")
@@ -22,7 +23,13 @@ STEP = re.compile(r"^#(\d+) \[([\w-]+) \d+/\d+\] (.*)$")
 def env_for(repo: str) -> dict[str, str]:
     # The base image is unique to this run (see `standin`), so no earlier run's build cache can answer for it.
     base = f"{repo}:base"
-    return {"ROCMCI_IMAGE_REPO": repo, "ROCMCI_BASE_IMAGE": base, "ROCMCI_BUILD_NETWORK": "none", "CI": "true"}
+    return {"ROCMCI_IMAGE_REPO": repo, "ROCMCI_BASE_IMAGE": base, "ROCMCI_BUILD_NETWORK": "none", "CI": "true",
+            "ROCMCI_EXTRA_LABELS": f"{RUN_SELECTOR},{case_label(repo)}"}  # fmt: skip
+
+
+def case_label(repo: str) -> str:
+    """The label of every image this module makes (its base's, inherited, and image.build's extra_labels)."""
+    return f"{RUN_LABEL}.case={repo.rsplit('-', 1)[1]}"
 
 
 def steps(output: str) -> dict[str, set[str]]:
@@ -49,7 +56,8 @@ def standin(engine, python_image, tmp_path_factory):
     shutil.copytree(STANDIN, tree)
     repo = f"rocmci-test/vllm-{uuid.uuid4().hex[:8]}"
     done = subprocess.run(
-        [engine.client, "build", "--network", "none", "-q", "-t", f"{repo}:base", "-"],
+        [engine.client, "build", "--network", "none", "-q", "-t", f"{repo}:base", "--label", RUN_SELECTOR,
+         "--label", case_label(repo), "-"],
         input=f"FROM {python_image}\nRUN echo {repo} > /standin-run\n",
         env=engine.build_env,
         capture_output=True,
@@ -61,6 +69,7 @@ def standin(engine, python_image, tmp_path_factory):
     refs = engine.cli("images", "-q", repo, check=False).stdout.split()
     if refs:
         engine.cli("rmi", "-f", *set(refs), check=False)
+    assert remove_images(engine, case_label(repo)) == [], f"images labelled {case_label(repo)} could not be removed"
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +144,6 @@ def test_a_deepep_built_for_gfx942_under_a_gfx950_request_fails_the_build_at_the
 ):
     """The static arch check cannot follow the file (an eval sets DeepEP's PYTORCH_ROCM_ARCH): a warning, not a
     refusal, so only the evidence can tell: the build fails and no tag keeps the lying labels."""
-    from rocmci.labels import MANAGED
-
     tree, repo = standin
     wrong = tmp_path / "vllm"
     shutil.copytree(tree, wrong)
@@ -149,7 +156,7 @@ def test_a_deepep_built_for_gfx942_under_a_gfx950_request_fails_the_build_at_the
     ci_base = f"{repo}:ci-base-gfx950-vllm-gfx90a-gfx942-gfx950"
     assert dry.returncode == 0 and "# then the DeepEP check (the verifier " in dry.stdout
     assert f"    --entrypoint python3 \\\n    {ci_base} \\\n    - \\\n    --expect gfx950\n" in dry.stdout
-    containers = set(engine.containers(MANAGED))
+    containers = set(leftovers(engine))
     done = run_invoke("image.build", "--vllm-src", str(wrong), "--arch", "gfx950", env=env_for(repo))
     assert done.returncode == 4, done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]
@@ -158,7 +165,7 @@ def test_a_deepep_built_for_gfx942_under_a_gfx950_request_fails_the_build_at_the
     assert "the image was untagged, so no label claims gfx950" in last and "Traceback" not in done.stderr
     assert f"built {ci_base}" not in done.stderr and " (test) in " not in done.stderr  # test is never built on it
     assert engine.image_labels(ci_base) is None  # no tag says gfx950 over a gfx942 DeepEP, nor offers reuse
-    assert set(engine.containers(MANAGED)) == containers  # the verifier's container is gone
+    assert set(leftovers(engine)) == containers  # the verifier's container is gone
     again = run_invoke("image.build", "--vllm-src", str(wrong), "--arch", "gfx950", env=env_for(repo))
     assert again.returncode == 4 and "is up to date" not in again.stderr  # checked again, never reused
 

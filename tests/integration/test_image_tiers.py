@@ -1,7 +1,9 @@
 """image.build's inputs on the real engine: BASE_IMAGE by digest, the base tier (Dockerfile.rocm_base),
 retarget's pins from the image's labels, and the faults around them (issues 21 and 22).
 
-Every test builds its own stand-in images under a unique repository and removes them afterwards.
+Every test builds its own stand-in images under a unique repository, all of them (and what image.build makes,
+through setting extra_labels) labelled with the test's own label, and removes them afterwards by that label:
+the untagged images a moved tag leaves behind included.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import uuid
 
 import pytest
 
-from tests.conftest import REPO, run_invoke
+from tests.conftest import REPO, RUN_LABEL, RUN_SELECTOR, run_invoke
+from tests.integration.helpers import remove_images
 
 STANDIN = REPO / "tests" / "data" / "vllm-standin"
 BUILT = re.compile(r"^built (\S+) \((\w+)\)", re.M)
@@ -30,11 +33,24 @@ def scratch(engine, tmp_path):
     refs = engine.cli("images", "-q", repo, check=False).stdout.split()
     if refs:
         engine.cli("rmi", "-f", *set(refs), check=False)
+    # What a moved tag or a refused build left untagged: found by this test's own label, and only that.
+    assert remove_images(engine, case_label(repo)) == [], f"images labelled {case_label(repo)} could not be removed"
 
 
-def make_image(engine, tag: str, dockerfile: str, *args: str) -> str:
+def case_label(repo: str) -> str:
+    """The label (KEY=VALUE) every image of the test using `repo` carries: its own, and so only its own."""
+    return f"{RUN_LABEL}.case={repo.rsplit('-', 1)[1]}"
+
+
+def has_own_labels(engine, image: str, repo: str) -> bool:
+    labels = engine.image_labels(image) or {}
+    return all(labels.get(key) == value for key, value in (s.split("=", 1) for s in (RUN_SELECTOR, case_label(repo))))
+
+
+def make_image(engine, repo: str, tag: str, dockerfile: str, *args: str) -> str:
+    labels = ["--label", RUN_SELECTOR, "--label", case_label(repo)]
     done = subprocess.run(
-        [engine.client, "build", "--network", "none", "-q", "-t", tag, *args, "-"],
+        [engine.client, "build", "--network", "none", "-q", "-t", tag, *labels, *args, "-"],
         input=dockerfile, env=engine.build_env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -42,7 +58,9 @@ def make_image(engine, tag: str, dockerfile: str, *args: str) -> str:
 
 
 def env(repo: str, **more: str) -> dict[str, str]:
-    return {"ROCMCI_IMAGE_REPO": repo, "ROCMCI_BUILD_NETWORK": "none", "CI": "true", **more}
+    extra = f"{RUN_SELECTOR},{case_label(repo)}"  # on every image image.build makes for this test
+    return {"ROCMCI_IMAGE_REPO": repo, "ROCMCI_BUILD_NETWORK": "none", "CI": "true", "ROCMCI_EXTRA_LABELS": extra,
+            **more}  # fmt: skip
 
 
 def read(engine, image: str, *command: str) -> str:
@@ -57,17 +75,18 @@ def built(stderr: str) -> dict[str, str]:
 def test_moving_the_base_tag_rebuilds_and_a_base_known_only_by_tag_is_refused(engine, python_image, scratch):
     tree, repo = scratch
     base = f"{repo}:base"
-    first = make_image(engine, base, f"FROM {python_image}\nRUN echo first {repo} > /base-marker\n")
+    first = make_image(engine, repo, base, f"FROM {python_image}\nRUN echo first {repo} > /base-marker\n")
     settings = env(repo, ROCMCI_BASE_IMAGE=base)
     done = run_invoke("image.build", "--vllm-src", str(tree), "--target", "ci_base", env=settings)
     assert done.returncode == 0, done.stderr[-3000:]
     tag = built(done.stderr)["ci_base"]
     assert engine.image_labels(tag)["rocmci.base-image.digest"] == first
+    assert has_own_labels(engine, tag, repo)  # setting extra_labels, so this test finds what it made
     again = run_invoke("image.build", "--vllm-src", str(tree), "--target", "ci_base", env=settings)
     assert again.returncode == 0 and "is up to date" in again.stderr and not built(again.stderr)
 
     # The tag moves to another image: same tag text, new content. The next build must see it.
-    second = make_image(engine, base, f"FROM {python_image}\nRUN echo second {repo} > /base-marker\n")
+    second = make_image(engine, repo, base, f"FROM {python_image}\nRUN echo second {repo} > /base-marker\n")
     assert second != first
     moved = run_invoke("image.build", "--vllm-src", str(tree), "--target", "ci_base", env=settings)
     assert moved.returncode == 0, moved.stderr[-3000:]
@@ -91,6 +110,7 @@ def test_a_changed_base_dockerfile_rebuilds_base_then_ci_base_then_test(engine, 
     assert done.returncode == 0, done.stderr[-3000:]
     base_tag = built(done.stderr)["base"]
     labels = engine.image_labels(base_tag)
+    assert has_own_labels(engine, base_tag, repo)  # built FROM the shared base image: only extra_labels gives them
     assert len(labels["vllm.rocm_base.content_hash"]) == 64 and labels["vllm.rocm_base.dockerfile"] == (
         "docker/Dockerfile.rocm_base"
     )
@@ -120,7 +140,7 @@ def test_a_changed_base_dockerfile_rebuilds_base_then_ci_base_then_test(engine, 
 def test_retarget_dry_run_takes_the_pins_from_the_images_labels(engine, busybox_image, scratch):
     tree, repo = scratch
     source = f"{repo}:labelled"
-    make_image(engine, source, f"FROM {busybox_image}\nWORKDIR /vllm-workspace\n", "--label",
+    make_image(engine, repo, source, f"FROM {busybox_image}\nWORKDIR /vllm-workspace\n", "--label",
                "rocmci.deepep.ref=labelled-deepep", "--label", "vllm.rocm.rocshmem_commit=labelled-rocshmem",
                "--label", "rocmci.vllm.arch=gfx942;gfx950")  # fmt: skip
     argv = ("image.retarget", "--from", source, "--arch", "gfx950", "--vllm-src", str(tree), "-n")
@@ -136,7 +156,7 @@ def test_retarget_dry_run_takes_the_pins_from_the_images_labels(engine, busybox_
     assert "env ROCMCI_DEEPEP_REF wins over the image's label rocmci.deepep.ref=labelled-deepep" in chosen.stderr
 
     narrow = f"{repo}:gfx942-only"
-    make_image(engine, narrow, f"FROM {busybox_image}\n", "--label", "vllm.rocm.pytorch_rocm_arch=gfx90a;gfx942")
+    make_image(engine, repo, narrow, f"FROM {busybox_image}\n", "--label", "vllm.rocm.pytorch_rocm_arch=gfx90a;gfx942")
     refused = run_invoke("image.retarget", "--from", narrow, "--arch", "gfx950", "--vllm-src", str(tree), "-n",
                          env=env(repo))  # fmt: skip
     assert refused.returncode == 2
@@ -179,7 +199,8 @@ def test_inspect_checks_the_reference_first_and_escapes_label_text(engine, busyb
     assert upper.returncode == 2 and "400 Client Error" not in upper.stderr
     assert upper.stderr.strip().splitlines()[0].startswith("rocmci: --tag 'UPPER:tag' has upper case in its repository")
     tag = f"{repo}:escapes"
-    make_image(engine, tag, f"FROM {busybox_image}\n", "--label", "rocmci.deepep.ref=a\x1b]0;owned\x07b")  # ESC, BEL
+    escapes = "rocmci.deepep.ref=a\x1b]0;owned\x07b"  # ESC, BEL
+    make_image(engine, repo, tag, f"FROM {busybox_image}\n", "--label", escapes)
     assert "\x1b" in engine.image_labels(tag)["rocmci.deepep.ref"]
     shown = run_invoke("image.inspect", "-t", tag)
     assert shown.returncode == 0, shown.stderr
@@ -191,7 +212,7 @@ def test_a_registry_base_is_pinned_by_digest_and_pull_sees_the_tag_move(engine, 
     remote = f"{registry}/rocmci-tiers/base:moving"
 
     def publish(marker: str) -> str:
-        make_image(engine, remote, f"FROM {python_image}\nRUN echo {marker} > /base-marker\n")
+        make_image(engine, repo, remote, f"FROM {python_image}\nRUN echo {marker} > /base-marker\n")
         engine.cli("push", remote, timeout=120)
         attrs = engine.image_attrs(remote)
         return next(d for d in attrs["RepoDigests"] if d.startswith(remote.rsplit(":", 1)[0])).split("@")[1]

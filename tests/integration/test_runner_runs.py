@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SHARED_VLLM, run_invoke
+from tests.conftest import REPO, SHARED_VLLM, interruptible, run_invoke
 from tests.integration.helpers import build_runner_ci_image, fake_host  # noqa: F401 - a fixture
 
 RUNNER = SHARED_VLLM / "buildkite" / "scripts" / "hardware_ci" / "run-amd-test.sh"
@@ -49,7 +49,7 @@ steps:
   mirror_hardwares: [amdproduction]
   source_file_dependencies: [vllm/]
   commands:
-  - echo sleeping-now && sleep 600
+  - echo SLEEPER && sleep 600
 - label: Runner DeepEP MoE
   agent_pool: mi250_4
   mirror_hardwares: [amdproduction]
@@ -58,6 +58,9 @@ steps:
   commands:
   - pytest -v -s kernels/moe/test_deepep_moe.py
 """
+# The sleeping step names this run: another run on the host has its own (pgrep below sees only ours).
+SLEEPER = f"sleeping-now-{RUN_ID}"
+STEPS = STEPS.replace("SLEEPER", SLEEPER)
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +165,7 @@ def test_ctrl_c_stops_the_runner_and_removes_its_container(engine, ci_image, che
     argv = [sys.executable, "-m", "invoke", "--search-root", str(REPO), "run.step", "--step", "Runner Sleep",
             "--vllm-src", str(checkout), "--host-root", str(host), "--image", ci_image, "--skip-preflight"]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+                            preexec_fn=interruptible)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         while not left(engine) and proc.poll() is None and time.monotonic() < deadline:
@@ -173,7 +176,7 @@ def test_ctrl_c_stops_the_runner_and_removes_its_container(engine, ci_image, che
         _, err = proc.communicate(timeout=90)
         assert proc.returncode == 130, err[-2000:]
         assert not left(engine)
-        assert not subprocess.run(["pgrep", "-f", "sleeping-now"], capture_output=True).stdout
+        assert not subprocess.run(["pgrep", "-f", SLEEPER], capture_output=True).stdout
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -8,7 +8,8 @@ import uuid
 
 import pytest
 
-from tests.conftest import run_invoke
+from tests.conftest import RUN_SELECTOR, run_invoke
+from tests.integration.helpers import leftovers
 
 
 @pytest.fixture
@@ -17,7 +18,7 @@ def labelled_image(engine, busybox_image):
 
     def make(fixes: str) -> str:
         tag = f"rocmci-test/rocm-facts:{uuid.uuid4().hex[:8]}"
-        dockerfile = f'FROM {busybox_image}\nLABEL rocmci.rocm.fixes="{fixes}"\n'
+        dockerfile = f'FROM {busybox_image}\nLABEL rocmci.rocm.fixes="{fixes}" {RUN_SELECTOR}\n'
         done = subprocess.run(
             [engine.client, "build", "--network", "none", "-q", "-t", tag, "-"],
             input=dockerfile,
@@ -41,7 +42,7 @@ def test_obsolete_once_the_image_declares_the_fix(engine, labelled_image):
     assert "rocprofiler-register-teardown: OBSOLETE" in done.stdout
     assert f"    evidence: label rocmci.rocm.fixes='ROCm/rocm-systems#6942' on image {fixed}" in done.stdout
     assert done.stderr.strip().startswith("rocmci: obsolete workaround(s): rocprofiler-register-teardown.")
-    assert engine.containers("rocmci.managed=1") == []
+    assert leftovers(engine) == []  # no probe container of this run's images is left
 
 
 def test_applies_while_the_image_does_not(engine, labelled_image):

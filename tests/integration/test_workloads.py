@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, run_invoke
+from tests.conftest import REPO, interruptible, run_invoke
 from tests.integration.helpers import CANARY, leftovers, moe, results_of, run_env
 from tests.unit.test_gpus import make_node
 
@@ -131,6 +131,7 @@ def test_ctrl_c_removes_the_container(engine, standin_image, fake_host, workdir)
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=interruptible,
     )
     try:
         deadline = time.monotonic() + 120

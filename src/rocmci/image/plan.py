@@ -60,6 +60,8 @@ class BuildRequest:
     # Fixes (owner/repo#N) an instruction of the checkout's Dockerfile.rocm_base applies, among those the
     # workaround registry names: recorded on every tier built from the checkout, as evidence for the registry.
     rocm_fixes: tuple[str, ...] = ()
+    # Setting extra_labels: on every image built, never part of an input hash (a test run finds its images by it).
+    extra_labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -286,6 +288,7 @@ def base_step(request: BuildRequest, tier: base.BaseTier, tag: str | None = None
         "vllm.rocm_base.base_image_digest": tier.upstream_digest,
         "vllm.rocm_base.pytorch_rocm_arch": tier.args.get("PYTORCH_ROCM_ARCH", ""),
         **fixes_label(request),
+        **request.extra_labels,
         label.TARGET: "base",
         INPUT_HASH_LABEL: digest_,
     }
@@ -373,6 +376,7 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
         **request.pins,
         **base_labels,
         **fixes,
+        **request.extra_labels,
         label.VLLM_COMMIT: request.vllm_commit,
         "org.opencontainers.image.revision": request.vllm_commit,
         **({} if request.vllm_dirty is None else {label.VLLM_DIRTY: str(request.vllm_dirty).lower()}),

@@ -252,6 +252,10 @@ def build_request(
     chain: planmod.Chain | None = None,
 ) -> planmod.BuildRequest:
     labels, overrides = pins(s)  # --tag and --ci-base were checked as image references when parsed
+    try:
+        extra = label.extra(s.extra_labels)
+    except ValueError as exc:
+        raise UsageError(f"{s.describe('extra_labels')}: {exc}") from None
     return planmod.BuildRequest(
         checkout=co.path,
         dockerfile=co.dockerfile,
@@ -275,6 +279,7 @@ def build_request(
         ci_base_labels=ci_base_labels,
         chain=chain,
         rocm_fixes=rocm_fixes(co.path),
+        extra_labels=extra,
     )
 
 
