@@ -39,11 +39,11 @@ def settings_rows(resolved) -> list[tuple[str, str, str]]:
             for name, masked, source in resolved.rows()]  # fmt: skip
 
 
-def show_settings(v) -> int:
+def show_settings(flags) -> int:
     from rocmci.report import safe, terminal_mode
 
     resolved = settingsmod.resolve()
-    if v.json:
+    if flags.json:
         print(to_json({name: {"value": value, "source": source} for name, value, source in resolved.rows()}))
         return 0
     rows = settings_rows(resolved)
@@ -76,7 +76,7 @@ def _file_check(name: str, path: Path, what: str = ""):
     return Check(name, path.is_file(), detail, f"create {path} or point the setting at one")
 
 
-def doctor(v) -> int:
+def doctor(flags) -> int:
     from rocmci import doctor as doc
     from rocmci.engine import Engine
     from rocmci.errors import UsageError
@@ -84,8 +84,8 @@ def doctor(v) -> int:
     from rocmci.image_names import configured_image
     from rocmci.report import lines as report_lines
 
-    s = settingsmod.resolve(flags={"vllm_src": v.vllm_src})
-    root = check_root(v.host_root)
+    s = settingsmod.resolve(flags={"vllm_src": flags.vllm_src})
+    root = check_root(flags.host_root)
     try:
         image_ref = configured_image(s)
     except UsageError:
@@ -94,8 +94,8 @@ def doctor(v) -> int:
         root / "sys/class/kfd/kfd/topology/nodes", root / "dev/kfd", str(root / "dev/dri/renderD*")
     )
     engine = Engine(s.docker, s.engine_timeout)
-    checks += doc.engine_checks(engine, image_ref, want_buildkit=v.for_ in (None, "build"))
-    if v.for_ in (None, "build"):
+    checks += doc.engine_checks(engine, image_ref, want_buildkit=flags.for_ in (None, "build"))
+    if flags.for_ in (None, "build"):
         engine_ok = next(c.ok for c in checks if c.name == "docker engine")
         checks.append(doc.features_check(engine, Path(s.vllm_src) if s.vllm_src else None, engine_ok))
         checks.append(doc.tiers_check(engine, s, engine_ok))
@@ -106,10 +106,10 @@ def doctor(v) -> int:
     checks.append(_file_check("step file", step_file(s)[0]))
     inventory, inventory_what = inventory_file(s)
     checks.append(_file_check("inventory", inventory, inventory_what))
-    if v.json:
+    if flags.json:
         print(to_json([c.__dict__ for c in checks]))
     else:
-        print(table(("check", "status", "detail"), doc.rows(checks, v.for_), styles=doc.STATUS_STYLES))
+        print(table(("check", "status", "detail"), doc.rows(checks, flags.for_), styles=doc.STATUS_STYLES))
         print("\n" + report_lines(doc.verdict(checks)))
-    doc.raise_if_missing(checks, v.for_)
+    doc.raise_if_missing(checks, flags.for_)
     return 0

@@ -13,22 +13,22 @@ from pathlib import Path
 from rocmci.errors import FindingsError, UsageError
 
 
-def bisect(v) -> int:
+def bisect(flags) -> int:
     from rocmci.runs import service
 
-    if v.on and v.from_results:
+    if flags.on and flags.from_results:
         raise UsageError("--on buildkite writes the jobs, --from-results reads what they uploaded: give one",
                          hint="first --on buildkite, then after the build --from-results DIR")  # fmt: skip
-    if v.out and not v.on:
+    if flags.out and not flags.on:
         raise UsageError("--out is where --on buildkite writes its pipeline", hint="add --on buildkite")
-    if v.from_results:
-        return service.bisect_from_results(v)
-    if v.on:
-        return fan_out(v)
-    return service.bisect(v)
+    if flags.from_results:
+        return service.bisect_from_results(flags)
+    if flags.on:
+        return fan_out(flags)
+    return service.bisect(flags)
 
 
-def fan_out(v) -> int:
+def fan_out(flags) -> int:
     """Plan the jobs, validate the pipeline as `pipeline.validate --pipeline` would read it, then write it."""
     from rocmci.files import write_atomic
     from rocmci.findings import ERROR
@@ -37,16 +37,16 @@ def fan_out(v) -> int:
     from rocmci.report import plural, safe
     from rocmci.runs import service
 
-    document, candidates, s = service.bisect_fanout(v)
+    document, candidates, s = service.bisect_fanout(flags)
     jobs = sum(len(group["steps"]) for group in document["steps"])
     skipped = [c for c in candidates if c.image is None]
     head = (
-        f"# Written by rocmci run.bisect --on buildkite for step {v.step!r}: {plural(jobs, 'job')} for "
+        f"# Written by rocmci run.bisect --on buildkite for step {flags.step!r}: {plural(jobs, 'job')} for "
         f"{len(candidates) - len(skipped)} of {len(candidates)} candidate commits"
     )
     lines = [head] + [f"# skipped {c.commit[:12]}: {c.why}" for c in skipped]
     text = "\n".join(safe(line, limit=400).replace("\n", " ") for line in lines) + "\n" + emit.dump(document)
-    name = v.out or "the --on buildkite pipeline"
+    name = flags.out or "the --on buildkite pipeline"
     report = validate.validate_pipeline_document(
         scalars.read_pipeline(text.encode("utf-8"), name), pipelines.context(pipelines.inputs(s), s.workspace)
     )
@@ -54,21 +54,21 @@ def fan_out(v) -> int:
     if errors:
         for finding in errors[:5]:
             print(safe(finding.text(), limit=400), file=sys.stderr)
-        removed = _remove_earlier(v.out) if v.out and not v.dry_run else False
-        gone = f", and the earlier {v.out} was removed" if removed else ""
+        removed = _remove_earlier(flags.out) if flags.out and not flags.dry_run else False
+        gone = f", and the earlier {flags.out} was removed" if removed else ""
         raise FindingsError(
             f"the bisect pipeline would be refused ({plural(len(errors), 'error')}, first: [{errors[0].rule}] "
             f"{errors[0].message}); nothing was written{gone}",
             hint="rocmci pipeline.validate --source on the step file shows what is wrong with the step",
         )
-    if v.dry_run or not v.out:
+    if flags.dry_run or not flags.out:
         sys.stdout.write(text)
-        if v.dry_run:
+        if flags.dry_run:
             print("dry run: nothing was written or run", file=sys.stderr)
         return 0
-    write_atomic(Path(v.out), text, what="--out")
-    print(f"wrote {v.out}: {plural(jobs, 'job')}, {len(skipped)} candidate(s) skipped; upload it with "
-          f"buildkite-agent pipeline upload {v.out}", file=sys.stderr)  # fmt: skip
+    write_atomic(Path(flags.out), text, what="--out")
+    print(f"wrote {flags.out}: {plural(jobs, 'job')}, {len(skipped)} candidate(s) skipped; upload it with "
+          f"buildkite-agent pipeline upload {flags.out}", file=sys.stderr)  # fmt: skip
     return 0
 
 

@@ -17,9 +17,9 @@ def eprint(*args) -> None:
     print(*args, file=sys.stderr)
 
 
-def _settings(v, **more):
-    flags = {"vllm_src": v.vllm_src, "arch": v.arch, **more}
-    return settingsmod.resolve(flags=flags)
+def _settings(flags, **more):
+    given = {"vllm_src": flags.vllm_src, "arch": flags.arch, **more}
+    return settingsmod.resolve(flags=given)
 
 
 def _live() -> bool:
@@ -43,13 +43,13 @@ def _print_commands(commands: list[tuple[str, list[str]]]) -> None:
         print(shell_lines(argv))
 
 
-def check(v) -> int:
+def check(flags) -> int:
     from rocmci.image import check as checkmod
     from rocmci.image import requests
 
-    co, req, findings = requests.run_check(_settings(v, vllm_arch=v.vllm_arch))
+    co, req, findings = requests.run_check(_settings(flags, vllm_arch=flags.vllm_arch))
     errors = [f for f in findings if f.severity == "error"]  # a warning: a step not followed (exit 0)
-    if v.json:
+    if flags.json:
         print(to_json({"file": str(co.dockerfile.path), "archs": list(req.archs), "ok": not errors,
                        "findings": [f.as_dict() for f in findings]}))  # fmt: skip
     else:  # through the findings renderer: fitted to a terminal, escaped, one line each elsewhere
@@ -61,7 +61,7 @@ def check(v) -> int:
     return 1 if errors else 0
 
 
-def build(v) -> int:
+def build(flags) -> int:
     from dataclasses import replace
 
     from rocmci import arch as archmod
@@ -72,23 +72,24 @@ def build(v) -> int:
     from rocmci.image import plan as planmod
 
     s = _settings(
-        v, vllm_arch=v.vllm_arch, deepep_ref=v.deepep_ref, rocshmem_ref=v.rocshmem_ref, base_image=v.base_image,
-        build_network=v.network,
+        flags, vllm_arch=flags.vllm_arch, deepep_ref=flags.deepep_ref, rocshmem_ref=flags.rocshmem_ref,
+        base_image=flags.base_image,
+        build_network=flags.network,
     )  # fmt: skip
     # Arch problems surface before anything slow or anything else is read: a wrong list costs hours of
     # build otherwise, and a malformed one is wrong whatever the checkout holds.
     archs = requests.deepep_archs(s)
-    if v.target == "test":
+    if flags.target == "test":
         archmod.require_deepep_support(archs)
     co = requests.checkout(s)
     # A target that builds no rocSHMEM or DeepEP (final, base) is neither labelled with the list nor refused for it.
-    deepep = v.target == "test" or (
-        v.target != "base" and co.dockerfile.stage(v.target) is not None
-        and planmod.builds_deepep(co.dockerfile, v.target, {"REMOTE_VLLM": "0"})
+    deepep = flags.target == "test" or (
+        flags.target != "base" and co.dockerfile.stage(flags.target) is not None
+        and planmod.builds_deepep(co.dockerfile, flags.target, {"REMOTE_VLLM": "0"})
     )  # fmt: skip
     if deepep:
         archmod.require_deepep_support(archs)
-    co, req, findings = requests.run_check(s, v.target)
+    co, req, findings = requests.run_check(s, flags.target)
     if deepep:
         refused = requests.refusal(co, req, findings)
         if refused:
@@ -97,7 +98,7 @@ def build(v) -> int:
             raise refused
         for f in findings:  # warnings only: steps the check could not follow; the DeepEP check decides
             eprint(f.text())
-    extra_args = requests.extra_build_args(co.dockerfile, v.build_arg)
+    extra_args = requests.extra_build_args(co.dockerfile, flags.build_arg)
     engine = Engine(s.docker, s.engine_timeout)
     notes: list[str] = []
     preflight: list[str] = []  # a dry run's "# preflight:" lines: what would stop the build, or was not checked
@@ -105,26 +106,26 @@ def build(v) -> int:
     try:
         engine.server_version()
     except EngineError as exc:
-        if not v.dry_run:
+        if not flags.dry_run:
             raise
         reachable = False
         preflight.append(f"not checked: {exc.message}: BuildKit features, BASE_IMAGE's digest and the builder")
         notes.append("the engine is not reachable: BuildKit features, BASE_IMAGE's digest and the builder "
                      "were not checked")  # fmt: skip
     if reachable:  # the positive control: a file any BuildKit builder must accept, built for real
-        _preflight(lambda: _require_buildkit(engine), v.dry_run, preflight)
-    if reachable and v.target != "base" and not preflight:
-        _preflight(lambda: _require_features(engine, co.dockerfile, notes), v.dry_run, preflight)
-    if v.pull and reachable and v.target != "base":
-        _pull(engine, s.require("base_image"), v.dry_run, "BASE_IMAGE", notes)
-    facts = requests.base_facts(s, co, engine, resolve=reachable, from_registry=v.pull)
-    if facts is None and v.dry_run:  # no engine: the checkout's files still say what would be built
+        _preflight(lambda: _require_buildkit(engine), flags.dry_run, preflight)
+    if reachable and flags.target != "base" and not preflight:
+        _preflight(lambda: _require_features(engine, co.dockerfile, notes), flags.dry_run, preflight)
+    if flags.pull and reachable and flags.target != "base":
+        _pull(engine, s.require("base_image"), flags.dry_run, "BASE_IMAGE", notes)
+    facts = requests.base_facts(s, co, engine, resolve=reachable, from_registry=flags.pull)
+    if facts is None and flags.dry_run:  # no engine: the checkout's files still say what would be built
         from rocmci.image import base as basemod
 
         facts = planmod.BaseFacts(s.require("base_image"), None, False, None,
                                   basemod.tier(co.path, lambda ref: (None, False)), tag_only=True)  # fmt: skip
         notes.append(f"BASE_IMAGE {facts.image} was not looked up (no engine): the hashes shown use its tag")
-    if v.dry_run and reachable and facts is not None and facts.digest is None:
+    if flags.dry_run and reachable and facts is not None and facts.digest is None:
         notes.append(f"BASE_IMAGE {facts.image} is not on this engine: a build refuses to key reuse on a tag "
                      "(--pull fetches it); the hashes shown use its tag")  # fmt: skip
         facts = replace(facts, tag_only=True)
@@ -134,32 +135,32 @@ def build(v) -> int:
     if builder is not None:
         how = "--load puts each result in the local image store" if load else "results land in the image store"
         notes.append(f"buildx builder {builder[0]} (driver {builder[1]}): {how}; {chain.describe()}")
-    ci_base = v.ci_base
-    if ci_base and reachable and v.pull:
-        _pull(engine, ci_base, v.dry_run, "the given ci_base", notes)
-    ci_digest = _digest(engine, ci_base, v.pull) if ci_base and reachable else None
+    ci_base = flags.ci_base
+    if ci_base and reachable and flags.pull:
+        _pull(engine, ci_base, flags.dry_run, "the given ci_base", notes)
+    ci_digest = _digest(engine, ci_base, flags.pull) if ci_base and reachable else None
     ci_labels = engine.image_labels(ci_base) if ci_base and reachable else None
-    if ci_base and reachable and ci_labels is None and not v.dry_run:
+    if ci_base and reachable and ci_labels is None and not flags.dry_run:
         raise UsageError(f"--ci-base {ci_base} is not on this engine", hint="pull it, or add --pull")
     request = requests.build_request(
-        s, co, req, target=v.target, tag=v.tag, ci_base=ci_base, push=v.push, force=v.force, base=facts,
+        s, co, req, target=flags.target, tag=flags.tag, ci_base=ci_base, push=flags.push, force=flags.force, base=facts,
         extra_args=extra_args, load=load, ci_base_digest=ci_digest, ci_base_labels=ci_labels, chain=chain,
     )  # fmt: skip
     plan = planmod.plan_build(request)
     ci_step = next((st for st in plan.steps if st.target == "ci_base"), None)
     if ci_step is not None:
-        request = _ci_base_reuse(s, co, engine, request, ci_step, facts, reachable, v, notes)
+        request = _ci_base_reuse(s, co, engine, request, ci_step, facts, reachable, flags, notes)
         plan = planmod.plan_build(request)
     tier = facts.tier if facts else None
-    if v.pull and reachable and tier and any(step.target == "base" for step in plan.steps):
-        _pull(engine, tier.upstream, v.dry_run, f"the base tier's BASE_IMAGE ({tier.path.name})", notes)
+    if flags.pull and reachable and tier and any(step.target == "base" for step in plan.steps):
+        _pull(engine, tier.upstream, flags.dry_run, f"the base tier's BASE_IMAGE ({tier.path.name})", notes)
     if reachable and any(step.target == "base" for step in plan.steps):
         from rocmci.checkout import BASE_DOCKERFILE
         from rocmci.checkout import load as load_dockerfile
 
-        _preflight(lambda: _require_features(engine, load_dockerfile(co.path, BASE_DOCKERFILE), notes), v.dry_run,
+        _preflight(lambda: _require_features(engine, load_dockerfile(co.path, BASE_DOCKERFILE), notes), flags.dry_run,
                    preflight)  # fmt: skip
-    if v.dry_run:
+    if flags.dry_run:
         client = _client(engine)
         for line in preflight:
             print(f"# preflight: {line}")
@@ -226,7 +227,7 @@ def _digest(engine, ref: str, from_registry: bool) -> str | None:
     return engine.image_digest(ref)
 
 
-def _ci_base_reuse(s, co, engine, request, ci_step, facts, reachable: bool, v, notes: list[str]):
+def _ci_base_reuse(s, co, engine, request, ci_step, facts, reachable: bool, flags, notes: list[str]):
     """vLLM CI's ci_base under this build's content hash (ci-bake-rocm.sh's own hash): built on when the registry
     or this engine holds it, else rocmci's own ci_base carries the labels the bake writes."""
     from dataclasses import replace
@@ -251,11 +252,11 @@ def _ci_base_reuse(s, co, engine, request, ci_step, facts, reachable: bool, v, n
         return replace(request, ci_base_meta=found.labels)
     in_registry = engine.registry_digest(tag)
     labels = engine.image_labels(tag)
-    if in_registry and (v.pull or labels is None):
-        _pull(engine, tag, v.dry_run, "vLLM CI's ci_base", notes)
-        if not v.dry_run:
+    if in_registry and (flags.pull or labels is None):
+        _pull(engine, tag, flags.dry_run, "vLLM CI's ci_base", notes)
+        if not flags.dry_run:
             labels = engine.image_labels(tag)
-    if labels is None and in_registry and v.dry_run:
+    if labels is None and in_registry and flags.dry_run:
         labels = {cibase.HASH_LABEL: found.content_hash}  # its tag names the hash; the real run reads the label
     if labels is None or labels.get(cibase.HASH_LABEL) != found.content_hash:
         if labels is not None:
@@ -291,7 +292,7 @@ def _builder(engine):
         return None
 
 
-def retarget(v) -> int:
+def retarget(flags) -> int:
     from rocmci import packaged
     from rocmci.engine import Engine
     from rocmci.errors import EngineError, UsageError
@@ -299,30 +300,31 @@ def retarget(v) -> int:
     from rocmci.image import retarget as retargetmod
     from rocmci.image.build import build_step
 
-    if not v.from_:
+    if not flags.from_:
         raise UsageError("image.retarget needs --from IMAGE", hint="name a vLLM ROCm image, e.g. rocm/vllm-ci:<commit>")
-    s = _settings(v, build_network=v.network)
+    s = _settings(flags, build_network=flags.network)
     co = requests.checkout(s)
     engine = Engine(s.docker, s.engine_timeout)
     # The image's labels say which DeepEP and rocSHMEM it holds; a dry run reads them too when it can.
     try:
-        attrs = engine.image_attrs(v.from_)
+        attrs = engine.image_attrs(flags.from_)
     except EngineError:
-        if not v.dry_run:
+        if not flags.dry_run:
             raise
         attrs = None
-        eprint(f"note: the engine is not reachable: pins come from the checkout, not from {v.from_}'s labels")
-    if attrs is None and not v.dry_run:
-        raise UsageError(f"no image {v.from_} on this engine", hint="build or pull it first")
+        eprint(f"note: the engine is not reachable: pins come from the checkout, not from {flags.from_}'s labels")
+    if attrs is None and not flags.dry_run:
+        raise UsageError(f"no image {flags.from_} on this engine", hint="build or pull it first")
     config = (attrs or {}).get("Config") or {}
     request = requests.retarget_request(
-        s, co, from_image=v.from_, from_identity=str((attrs or {}).get("Id") or v.from_), tag=v.tag, force=v.force,
+        s, co, from_image=flags.from_, from_identity=str((attrs or {}).get("Id") or flags.from_), tag=flags.tag,
+        force=flags.force,
         from_labels=dict(config.get("Labels") or {}) if attrs else None, from_workdir=config.get("WorkingDir") or "/",
     )  # fmt: skip
     plan = retargetmod.plan_retarget(request, retargetmod.overlay_text())
     for note in plan.notes:
         eprint(f"note: {note}")
-    if v.dry_run:
+    if flags.dry_run:
         client = _client(engine)
         rows = [(arg, plan.step.build_args[arg], source) for arg, source in plan.sources.items()]
         eprint(table(("build arg", "value", "read from"), rows))
@@ -357,18 +359,18 @@ def shown_labels(labels: dict[str, str]) -> dict[str, str]:
     }
 
 
-def inspect(v) -> int:
+def inspect(flags) -> int:
     """An image's labels as a table: what it was built from (default: the configured image)."""
     from rocmci.engine import Engine
     from rocmci.errors import UsageError
 
     s = settingsmod.resolve()
-    ref = v.tag or configured_image(s)
+    ref = flags.tag or configured_image(s)
     labels = Engine(s.docker, s.engine_timeout).image_labels(ref)
     if labels is None:
         raise UsageError(f"no image {ref} on this engine", hint="build it with `rocmci image.build` or give --tag")
     labels = shown_labels(labels)
-    if v.json:
+    if flags.json:
         print(to_json({"image": ref, "labels": labels}))
         return 0
     rows = []

@@ -22,20 +22,20 @@ def _eprint(text: str) -> None:
     print(safe(text, limit=4 * MAX_FIELD), file=sys.stderr)
 
 
-def generate(v) -> int:
+def generate(flags) -> int:
     from rocmci.files import write_atomic
     from rocmci.pipeline.model import walk_steps
     from rocmci.report import console, safe
     from rocmci.report_findings import print_report
 
-    _distinct_outputs(v.out, v.annotation)
-    s = resolve(flags=dict(mirror_hw=v.mirror_hw, arch=v.arch, branch=v.branch))
-    i = service.inputs(s, v.source)
-    opts, decision = service.generate_options(s, v.changed_files, v.diff_base, v.run_all, v.nightly)
+    _distinct_outputs(flags.out, flags.annotation)
+    s = resolve(flags=dict(mirror_hw=flags.mirror_hw, arch=flags.arch, branch=flags.branch))
+    i = service.inputs(s, flags.source)
+    opts, decision = service.generate_options(s, flags.changed_files, flags.diff_base, flags.run_all, flags.nightly)
     if decision.skip:
         _eprint(f"no pipeline: {decision.skip} (as bootstrap-amd.sh)")
         # Never stale: a pipeline or annotation a previous run left there would be uploaded as this one's.
-        for path, what in ((v.out, "--out"), (v.annotation, "--annotation")):
+        for path, what in ((flags.out, "--out"), (flags.annotation, "--annotation")):
             if path and _remove_output(path, what):
                 _eprint(f"removed {path} ({what}): it held an earlier run's output, and this change has none")
         return 0
@@ -46,7 +46,7 @@ def generate(v) -> int:
         print_report(report, name=i.source_name, out=console(sys.stderr))
     pipeline = generated.pipeline
     held = []
-    if report.errors and not v.keep_going:
+    if report.errors and not flags.keep_going:
         raise FindingsError(
             f"{plural(report.errors, 'error')} in the generated pipeline; nothing was written",
             hint="fix the findings above (file:line), or pass --keep-going to hold those steps behind block steps",
@@ -60,14 +60,14 @@ def generate(v) -> int:
         for h in held:
             what = "held behind a block step" if h.how == "held" else "left out"
             _eprint(f"--keep-going: {safe(h.title)}: {what}")  # the title bounded, so the line ends with what
-    text = service.render(pipeline, v.format, i.source_name)
+    text = service.render(pipeline, flags.format, i.source_name)
     # --keep-going changed the pipeline: it is written only if Buildkite would take it
     refused = _refused(text, i, s.workspace, src, held) if report.errors else []
-    if v.annotation:  # no findings is news too: an earlier run's findings must not stay in the file
+    if flags.annotation:  # no findings is news too: an earlier run's findings must not stay in the file
         from rocmci.pipeline import keepgoing
 
         annotation = keepgoing.annotation(i.source_name, [*report.findings, *refused], held)
-        write_atomic(Path(v.annotation), annotation, what="--annotation")
+        write_atomic(Path(flags.annotation), annotation, what="--annotation")
     if refused:
         for f in refused[:5]:  # what validate --pipeline says of it, so the one line below can be short
             _eprint(f.text())
@@ -75,17 +75,17 @@ def generate(v) -> int:
         more = f" (+{plural(errors - 1, 'more error')})" if errors > 1 else ""
         raise FindingsError(
             f"--keep-going: the pipeline it would write is one Buildkite refuses ([{first.rule}] {first.message}"
-            f"{more}); no pipeline was written" + (f", {v.annotation} says why" if v.annotation else ""),
+            f"{more}); no pipeline was written" + (f", {flags.annotation} says why" if flags.annotation else ""),
             hint="fix those steps in the step file (pipeline.validate --source lists them); --keep-going holds a "
             "step, it cannot make Buildkite accept this pipeline",
         )
-    if v.out:
-        write_atomic(Path(v.out), text)
+    if flags.out:
+        write_atomic(Path(flags.out), text)
         group = pipeline["steps"][0]
         # Counted as pipeline.validate counts them (model.walk_steps: the group is a step too), so the two agree.
         total = len(walk_steps(pipeline, lambda path, step: None))
         _eprint(
-            f"wrote {v.out}: {plural(total, 'generated step')} (the group {group['group']!r} and the "
+            f"wrote {flags.out}: {plural(total, 'generated step')} (the group {group['group']!r} and the "
             f"{plural(len(group['steps']), 'step')} in it)"
         )
     else:
@@ -139,46 +139,46 @@ def _refused(text: str, i, workspace: Path, src, held) -> list:
             if f.severity == ERROR and (f.rule in keepgoing.UPLOAD_REFUSED or f.origin not in held_at)]  # fmt: skip
 
 
-def validate(v) -> int:
+def validate(flags) -> int:
     from rocmci.report import console
     from rocmci.report_findings import print_report, report_dict
 
-    if v.source and v.pipeline:
+    if flags.source and flags.pipeline:
         raise UsageError("give --source or --pipeline, not both")
-    s = resolve(flags=dict(mirror_hw=v.mirror_hw, arch=v.arch))
-    i = service.inputs(s, v.source)
+    s = resolve(flags=dict(mirror_hw=flags.mirror_hw, arch=flags.arch))
+    i = service.inputs(s, flags.source)
     skip_final_collection()
     with no_gc():
-        if v.pipeline:
-            name = service.display_name(Path(v.pipeline), s.workspace)
+        if flags.pipeline:
+            name = service.display_name(Path(flags.pipeline), s.workspace)
             ctx = service.context(i, s.workspace)
-            report = service.load_pipeline_report(Path(os.path.realpath(v.pipeline)), ctx, s.workspace)
+            report = service.load_pipeline_report(Path(os.path.realpath(flags.pipeline)), ctx, s.workspace)
         else:
             name = i.source_name
             opts, _ = service.generate_options(s)
             _, _, report = service.build(i, opts, s.workspace)
-    if v.json:
+    if flags.json:
         print(json.dumps(report_dict(report, name), indent=2))
     else:
         print_report(report, name=name, out=console(sys.stdout))
     return 1 if report.errors else 0
 
 
-def plan(v) -> int:
+def plan(flags) -> int:
     """Summary first, then bootstrap's decisions, then the steps (only one kind with --only)."""
     from rocmci.report import lines, table, to_json
 
-    s = resolve(flags=dict(mirror_hw=v.mirror_hw, branch=v.branch))
-    i = service.inputs(s, v.source)
-    changed = service.changed_files(v.changed_files, v.diff_base, s.workspace, s.git_timeout)
+    s = resolve(flags=dict(mirror_hw=flags.mirror_hw, branch=flags.branch))
+    i = service.inputs(s, flags.source)
+    changed = service.changed_files(flags.changed_files, flags.diff_base, s.workspace, s.git_timeout)
     opts, decision = service.generate_options(
-        s, v.changed_files, v.diff_base, v.run_all, v.nightly, labels=v.label, changed=changed
+        s, flags.changed_files, flags.diff_base, flags.run_all, flags.nightly, labels=flags.label, changed=changed
     )
     explained = service.plan(i, opts, decision, changed)
-    if v.only:
-        action = service.PLAN_ACTIONS[v.only]
+    if flags.only:
+        action = service.PLAN_ACTIONS[flags.only]
         explained["steps"] = [d for d in explained["steps"] if d["action"] == action]
-    if v.json:
+    if flags.json:
         print(to_json(explained))
         return 0
     print(lines([explained["summary"], "", *explained["bootstrap"]]))
@@ -192,23 +192,23 @@ def plan(v) -> int:
     return 0
 
 
-def diff(v) -> int:
+def diff(flags) -> int:
     """Render a ci-infra template the way bootstrap-amd.sh does and compare it with rocmci's generator."""
     from rocmci.report import to_json
 
-    if not v.template:
+    if not flags.template:
         raise UsageError("pipeline.diff needs --template", hint="ci-infra's buildkite/test-template-amd.j2")
-    if v.changed_files and (v.run_all or v.nightly):
+    if flags.changed_files and (flags.run_all or flags.nightly):
         raise UsageError("give --changed-files, --run-all or --nightly, not several")
-    s = resolve(flags=dict(mirror_hw=v.mirror_hw, branch=v.branch))
-    i = service.inputs(s, v.source)
-    opts, decision = service.generate_options(s, v.changed_files, None, v.run_all, v.nightly)
+    s = resolve(flags=dict(mirror_hw=flags.mirror_hw, branch=flags.branch))
+    i = service.inputs(s, flags.source)
+    opts, decision = service.generate_options(s, flags.changed_files, None, flags.run_all, flags.nightly)
     if decision.skip:
         _eprint(f"no pipeline to compare: {decision.skip}")
         return 0
-    comparison = service.diff(Path(os.path.realpath(v.template)), i, opts, s.render_fuel)
-    if v.json:
+    comparison = service.diff(Path(os.path.realpath(flags.template)), i, opts, s.render_fuel)
+    if flags.json:
         print(to_json([d.__dict__ | {"allowed": d.allowed} for d in comparison.differences]))
     else:
-        print(comparison.summary(examples=v.examples))
+        print(comparison.summary(examples=flags.examples))
     return 1 if comparison.unexpected else 0

@@ -49,40 +49,40 @@ def results_dir(s) -> Path:
     return folder
 
 
-def run_image(v, s, native: bool = False) -> str:
+def run_image(flags, s, native: bool = False) -> str:
     """--image (any reference), else --build-id's CI image, else the configured image."""
     from rocmci.image_names import configured_image
     from rocmci.runs import images
 
-    if getattr(v, "build_id", None) and not v.image:
-        return images.build_image(v.build_id, native)
+    if getattr(flags, "build_id", None) and not flags.image:
+        return images.build_image(flags.build_id, native)
     return configured_image(s)
 
 
-def run_options(v, s, native: bool = False):
+def run_options(flags, s, native: bool = False):
     """RunOptions from parsed flags and settings (the settings registry holds the run defaults)."""
     from rocmci.runs.types import RunOptions
 
     # A native CI pod names its workspace; vLLM's runner defaults to the image's /vllm-workspace.
-    default_workdir = (os.environ.get("VLLM_CI_WORKSPACE") or WORKSPACE) if v.no_container else WORKSPACE
+    default_workdir = (os.environ.get("VLLM_CI_WORKSPACE") or WORKSPACE) if flags.no_container else WORKSPACE
     return RunOptions(
-        image=run_image(v, s, native),
+        image=run_image(flags, s, native),
         results_dir=results_dir(s),
-        timeout=float(v.timeout or s.run_timeout),
+        timeout=float(flags.timeout or s.run_timeout),
         network=s.run_network or None,
         shm_size=s.shm_size,
         memory=s.run_memory or None,
         hf_cache=s.hf_cache,
-        workdir=v.workdir or default_workdir,
-        host_root=check_root(v.host_root),
-        gpus=v.gpus,
-        skip_preflight=v.skip_preflight,
-        no_container=v.no_container,
-        dry_run=v.dry_run,
-        strict=v.strict,
-        env=v.env.as_dict(),
-        public=v.public,
-        image_local_only=not (v.image or getattr(v, "build_id", None) or s.image),
+        workdir=flags.workdir or default_workdir,
+        host_root=check_root(flags.host_root),
+        gpus=flags.gpus,
+        skip_preflight=flags.skip_preflight,
+        no_container=flags.no_container,
+        dry_run=flags.dry_run,
+        strict=flags.strict,
+        env=flags.env.as_dict(),
+        public=flags.public,
+        image_local_only=not (flags.image or getattr(flags, "build_id", None) or s.image),
     )
 
 
@@ -167,7 +167,7 @@ def _print_dry_run(prepared, engine, opts, as_json: bool) -> int:
     return 0
 
 
-def _as_jobs(v, s, src, found, workloads, opts, engine, registry, notes, pull: bool | None = False) -> int | None:
+def _as_jobs(flags, s, src, found, workloads, opts, engine, registry, notes, pull: bool | None = False) -> int | None:
     """The DeepEP workloads as jobs of the step they follow, through the checkout's runner (or the step's
     pod): the step's GPUs and container, the workload's commands. None where that cannot be (no runner in
     the checkout, --no-container): the caller runs them as rocmci's own containers."""
@@ -188,14 +188,14 @@ def _as_jobs(v, s, src, found, workloads, opts, engine, registry, notes, pull: b
     where = stepjobs.checkout_of(checkout)
     if step.native:
         where = stepjobs.image_commit(where, engine, opts.image)
-    job_opts = dataclasses.replace(opts, timeout=float(v.timeout) if v.timeout else 60.0 * _job_minutes(step))
+    job_opts = dataclasses.replace(opts, timeout=float(flags.timeout) if flags.timeout else 60.0 * _job_minutes(step))
     prepared = stepjobs.plan_workloads(
-        step, workloads, job_opts, engine, where=where, build_id=getattr(v, "build_id", None),
-        image_given=bool(v.image), place=place,
+        step, workloads, job_opts, engine, where=where, build_id=getattr(flags, "build_id", None),
+        image_given=bool(flags.image), place=place,
     )  # fmt: skip
     _pull_and_check(prepared, job_opts, engine, bool(pull))
     prepared.notes[:0] = [*notes, f"as jobs of step {step.label!r} through vLLM's runner ({jobs.RUNNER})"]
-    return _run_prepared(prepared, job_opts, registry, v.json, engine)
+    return _run_prepared(prepared, job_opts, registry, flags.json, engine)
 
 
 def _probe_example(engine, opts) -> str:
@@ -212,11 +212,11 @@ def _probe_example(engine, opts) -> str:
     return wl.DP_EXAMPLE_MOVED if ctr.file_exists(engine, opts.image, moved) else wl.DP_EXAMPLE
 
 
-def _setup(v, native: bool = False):
+def _setup(flags, native: bool = False):
     from rocmci.engine import Engine
 
-    s = settingsmod.resolve(flags={"image": v.image, "vllm_src": v.vllm_src})
-    opts = run_options(v, s, native)
+    s = settingsmod.resolve(flags={"image": flags.image, "vllm_src": flags.vllm_src})
+    opts = run_options(flags, s, native)
     return s, opts, Engine(s.docker, s.engine_timeout), _registry(s)
 
 
@@ -281,12 +281,12 @@ def _example_text(engine, opts, example: str) -> str | None:
     return ctr.read_file(engine, opts.image, path)
 
 
-def dp_example(v) -> int:
+def dp_example(flags) -> int:
     from rocmci.runs import upstream
     from rocmci.runs import workloads as wl
 
-    s, opts, engine, registry = _setup(v)
-    _check_backend(v.backend, s)
+    s, opts, engine, registry = _setup(flags)
+    _check_backend(flags.backend, s)
     _, notes = _workaround_checks(s, registry, engine, opts, {"dp-example"})
     src, why = _step_file(s)
     found = upstream.find_dp_example(src) if src is not None else None
@@ -297,25 +297,26 @@ def dp_example(v) -> int:
     else:
         notes = [f"dp-example: rocmci's seed command ({why or 'no step of the step file runs it'})", *notes]
     if not opts.no_container:  # the example's path and flags are read from the image: pull it first
-        notes = [*_ensure_image(engine, opts, v.pull), *notes]
-    example = v.example or _probe_example(engine, opts)
-    flags = upstream.parallel_flags(upstream.example_flags(_example_text(engine, opts, example) or ""))
+        notes = [*_ensure_image(engine, opts, flags.pull), *notes]
+    example = flags.example or _probe_example(engine, opts)
+    example_flags = upstream.parallel_flags(upstream.example_flags(_example_text(engine, opts, example) or ""))
     workload = wl.dp_example(
-        model=v.model, tp=v.tp, dp=v.dp, max_model_len=v.max_model_len, backend=v.backend, extra=v.extra,
-        example=example, flags=flags, env=env,
+        model=flags.model, tp=flags.tp, dp=flags.dp, max_model_len=flags.max_model_len, backend=flags.backend,
+        extra=flags.extra,
+        example=example, flags=example_flags, env=env,
     )  # fmt: skip
     if found is not None:
-        code = _as_jobs(v, s, src, found, [workload], opts, engine, registry, notes, pull=None)
+        code = _as_jobs(flags, s, src, found, [workload], opts, engine, registry, notes, pull=None)
         if code is not None:
             return code
-    return _run([workload], opts, registry, v.json, engine, notes, None)
+    return _run([workload], opts, registry, flags.json, engine, notes, None)
 
 
-def moe_tests(v) -> int:
+def moe_tests(flags) -> int:
     from rocmci.report import terminal_mode
     from rocmci.runs import workloads as wl
 
-    s, opts, engine, registry = _setup(v)
+    s, opts, engine, registry = _setup(flags)
     obsolete, notes = _workaround_checks(s, registry, engine, opts, {"moe-tests"})
     from rocmci.runs import upstream
 
@@ -330,93 +331,94 @@ def moe_tests(v) -> int:
     else:
         notes = [f"moe-tests: rocmci's seed command ({why or 'no step of the step file runs it'})", *notes]
     workloads = wl.moe_tests(
-        modes=wl.expand_modes(v.mode), registry=registry, keyword=v.k, extra=v.extra, shards=v.shards,
-        results_path=results_path, obsolete=obsolete, color=terminal_mode(sys.stdout).colour and not v.json,
+        modes=wl.expand_modes(flags.mode), registry=registry, keyword=flags.k, extra=flags.extra, shards=flags.shards,
+        results_path=results_path, obsolete=obsolete, color=terminal_mode(sys.stdout).colour and not flags.json,
         **target,
     )  # fmt: skip
-    if found is not None and v.shards == 1:
-        code = _as_jobs(v, s, src, found, workloads, opts, engine, registry, notes)
+    if found is not None and flags.shards == 1:
+        code = _as_jobs(flags, s, src, found, workloads, opts, engine, registry, notes)
         if code is not None:
             return code
-    return _run(workloads, opts, registry, v.json, engine, notes, v.pull)
+    return _run(workloads, opts, registry, flags.json, engine, notes, flags.pull)
 
 
-def workarounds(v) -> int:
+def workarounds(flags) -> int:
     """Each workaround: applies or obsolete, with the evidence (file:line, commit or label)."""
     from rocmci.errors import FindingsError, UsageError
     from rocmci.runs import workarounds as wa
 
-    s = settingsmod.resolve(flags={"vllm_src": v.vllm_src})
+    s = settingsmod.resolve(flags={"vllm_src": flags.vllm_src})
     registry = _registry(s)
     labels = None
-    if v.image:
+    if flags.image:
         from rocmci.engine import Engine
 
-        labels = Engine(s.docker, s.engine_timeout).image_labels(v.image)
+        labels = Engine(s.docker, s.engine_timeout).image_labels(flags.image)
         if labels is None:
-            raise UsageError(f"no image {v.image} on this engine", hint="build it or name another tag")
-    sources = wa.Sources(vllm_src=_vllm_src(s), image=v.image, labels=labels)
-    if v.strict and not sources.any:
+            raise UsageError(f"no image {flags.image} on this engine", hint="build it or name another tag")
+    sources = wa.Sources(vllm_src=_vllm_src(s), image=flags.image, labels=labels)
+    if flags.strict and not sources.any:
         raise UsageError(
             "workarounds --strict needs evidence to check against",
             hint="name a vLLM checkout (--vllm-src PATH) or an image (--image TAG)",
         )
     checks = wa.check_all(registry, sources)
-    print(to_json(wa.as_json(checks)) if v.json else wa.render(checks, sources))
+    print(to_json(wa.as_json(checks)) if flags.json else wa.render(checks, sources))
     obsolete = [c.workaround.id for c in checks if c.obsolete]
-    if obsolete and v.strict:
+    if obsolete and flags.strict:
         raise FindingsError(
             f"obsolete workaround(s): {', '.join(obsolete)}", hint="remove them from workarounds.yaml and the code"
         )
     return 0
 
 
-def outcome(v) -> int:
+def outcome(flags) -> int:
     """Classify a run that happened elsewhere (e.g. pytest in a Buildkite step) from its JUnit XML and exit."""
     from rocmci.errors import UsageError
     from rocmci.runs import results as res
     from rocmci.secrets import Redactor
 
-    if v.junit is None or v.exit_code is None:
+    if flags.junit is None or flags.exit_code is None:
         raise UsageError("run.outcome needs --junit FILE and --exit-code N", hint="e.g. --junit r.xml --exit-code 139")
-    summary = res.parse_junit(Path(v.junit), what="--junit")
-    related = [w for w in _registry(settingsmod.resolve()) if v.workload in w.workloads and w.applied_by == "rocmci"]
+    summary = res.parse_junit(Path(flags.junit), what="--junit")
+    registry = _registry(settingsmod.resolve())
+    related = [w for w in registry if flags.workload in w.workloads and w.applied_by == "rocmci"]
     hint = ""
     if related:
         w = related[0]
         sets = ", ".join(f"{k}={x}" for k, x in w.sets.items())
         hint = f"likely the ROCm runtime teardown crash ({', '.join(w.refs)}); workaround {w.id} sets {sets}"
-    kind, detail = res.classify(v.exit_code, summary, teardown_hint=hint, junit_expected=True)
-    result = res.Result(v.workload, kind, v.exit_code, 0.0, detail, summary).redacted(Redactor(os.environ))
-    print(res.render_json([result]) if v.json else res.render_table([result]))
-    return res.exit_code([result], strict=v.strict)
+    kind, detail = res.classify(flags.exit_code, summary, teardown_hint=hint, junit_expected=True)
+    result = res.Result(flags.workload, kind, flags.exit_code, 0.0, detail, summary).redacted(Redactor(os.environ))
+    print(res.render_json([result]) if flags.json else res.render_table([result]))
+    return res.exit_code([result], strict=flags.strict)
 
 
-def step(v) -> int:
+def step(flags) -> int:
     """One step of the step file as an agent of its pool runs it: the checkout's runner executes the job."""
     from rocmci.errors import UsageError
 
-    if not v.step or not v.step.strip():
+    if not flags.step or not flags.step.strip():
         hint = "e.g. `rocmci run.step 'Basic Correctness'` (`rocmci pipeline.plan` lists them)"
         raise UsageError("run.step needs a step: its label, or --step LABEL", hint=hint)
-    if v.build_id and v.image:
+    if flags.build_id and flags.image:
         raise UsageError("--build-id and --image both name the image", hint="give one of them")
-    s = settingsmod.resolve(flags={"image": v.image, "vllm_src": v.vllm_src, "mirror_hw": v.mirror_hw})
-    planned = prepare_step(v, s)
+    s = settingsmod.resolve(flags={"image": flags.image, "vllm_src": flags.vllm_src, "mirror_hw": flags.mirror_hw})
+    planned = prepare_step(flags, s)
     if isinstance(planned, int):
         return planned
     prepared, opts, registry, engine = planned
-    return _run_prepared(prepared, opts, registry, v.json, engine)
+    return _run_prepared(prepared, opts, registry, flags.json, engine)
 
 
-def load_step_file(v, s):
+def load_step_file(flags, s):
     """The step file run.step reads: --source, else the setting, else the vLLM checkout's."""
     from rocmci.files import display_name
     from rocmci.pipeline import source as srcmod
 
-    path = Path(os.path.realpath(v.source)) if v.source else s.path("source")
-    what = "--source" if v.source else s.describe("source")
-    if not v.source and s.origin("source") == "default" and s.vllm_src and not path.is_file():
+    path = Path(os.path.realpath(flags.source)) if flags.source else s.path("source")
+    what = "--source" if flags.source else s.describe("source")
+    if not flags.source and s.origin("source") == "default" and s.vllm_src and not path.is_file():
         path, what = Path(s.vllm_src) / ".buildkite" / "test-amd.yaml", "the vLLM checkout (vllm_src)"
     return srcmod.load_source(path, display_name(path, s.workspace), what=what)
 
@@ -431,19 +433,19 @@ def find_step(src, query: str, s):
     return st.find(generated, query, src.filename)
 
 
-def prepare_step(v, s, checkout: Path | None = None):
+def prepare_step(flags, s, checkout: Path | None = None):
     """(prepared jobs, options, registry, engine) for run.step, or the exit code of the fallback run when the
     checkout has no runner. `checkout`: another tree than the vllm_src setting (run.bisect's commit)."""
     from rocmci.engine import Engine
     from rocmci.runs import jobs, stepjobs
 
-    chosen = find_step(load_step_file(v, s), v.step, s)
-    opts = run_options(v, s, native=chosen.native)
+    chosen = find_step(load_step_file(flags, s), flags.step, s)
+    opts = run_options(flags, s, native=chosen.native)
     engine, registry = Engine(s.docker, s.engine_timeout), _registry(s)
     checkout = checkout or _vllm_src(s)
     if checkout is None or jobs.runner_of(checkout) is None:
-        return _step_without_runner(v, chosen, opts, engine, registry, checkout)
-    timeout = float(v.timeout) if v.timeout else None
+        return _step_without_runner(flags, chosen, opts, engine, registry, checkout)
+    timeout = float(flags.timeout) if flags.timeout else None
     place = jobs.Place(checkout, opts.results_dir.resolve(), opts.hf_cache, opts.host_root, _client(engine),
                        opts.network, tuple(opts.env.items()))  # fmt: skip
     job_opts = RunOptions_with(opts, timeout=timeout or 60.0 * _job_minutes(chosen))
@@ -451,10 +453,10 @@ def prepare_step(v, s, checkout: Path | None = None):
     if chosen.native and not opts.no_container:
         where = stepjobs.image_commit(where, engine, opts.image)
     prepared = stepjobs.plan(
-        chosen, job_opts, engine, where=where, parallel_job=v.parallel_job,
-        build_id=v.build_id, image_given=bool(v.image), place=place,
+        chosen, job_opts, engine, where=where, parallel_job=flags.parallel_job,
+        build_id=flags.build_id, image_given=bool(flags.image), place=place,
     )  # fmt: skip
-    _pull_and_check(prepared, job_opts, engine, getattr(v, "pull", False))
+    _pull_and_check(prepared, job_opts, engine, getattr(flags, "pull", False))
     return prepared, job_opts, registry, engine
 
 
@@ -470,15 +472,15 @@ def _pull_and_check(prepared, opts, engine, pull: bool) -> None:
     stepjobs.check(prepared, opts, engine)
 
 
-def _step_without_runner(v, chosen, opts, engine, registry, checkout) -> int:
+def _step_without_runner(flags, chosen, opts, engine, registry, checkout) -> int:
     """A checkout without vLLM's runner (an older era, or no checkout): rocmci's own docker run for the step."""
     from rocmci.runs import jobs
     from rocmci.runs import steps as st
 
     why = "no vLLM checkout given" if checkout is None else f"the checkout has no {jobs.RUNNER}"
     note = f"run.step: {why}; the step runs as rocmci's own docker run, not through vLLM's runner (docs/runs.md)"
-    workloads = st.workloads(chosen, v.parallel_job, host=opts.no_container)
-    return _run(workloads, opts, registry, v.json, engine, (note,), v.pull)
+    workloads = st.workloads(chosen, flags.parallel_job, host=opts.no_container)
+    return _run(workloads, opts, registry, flags.json, engine, (note,), flags.pull)
 
 
 def _job_minutes(chosen) -> int:
@@ -513,17 +515,17 @@ def _run_prepared(prepared, opts, registry, as_json: bool, engine) -> int:
     return execute.report(results, opts, as_json, prepared.notes, prepared.files, redact)
 
 
-def bisect(v) -> int:
+def bisect(flags) -> int:
     """The first commit whose CI image fails a step: a binary search run as run.step runs the step."""
     from rocmci.engine import Engine
     from rocmci.errors import UsageError
     from rocmci.runs import bisect as bs
     from rocmci.runs import bisectrun as br
 
-    s, checkout, good, bad, commits, repo = _bisect_range(v)
+    s, checkout, good, bad, commits, repo = _bisect_range(flags)
     engine = Engine(s.docker, s.engine_timeout)
     results = results_dir(s)
-    key = {"step": v.step, "good": good, "bad": bad, "repeat": v.repeat, "k": v.k or "", "repo": repo}
+    key = {"step": flags.step, "good": good, "bad": bad, "repeat": flags.repeat, "k": flags.k or "", "repo": repo}
     log = br.Log.for_run(results, key)
     images = {c: f"{repo}:{c}" for c in commits}
 
@@ -535,9 +537,9 @@ def bisect(v) -> int:
             found = (attrs or {}).get("Id")
         return found
 
-    if v.dry_run:
+    if flags.dry_run:
         rows = [{"commit": c, "image": images[c], "digest": digest(c)} for c in commits[:-1]]
-        if v.json:
+        if flags.json:
             print(to_json({"dry_run": True, "good": good, "bad": bad, "candidates": rows, "log": str(log.path)}))
         else:
             span = f"after --good {good[:12]} up to --bad {bad[:12]}"
@@ -571,17 +573,17 @@ def bisect(v) -> int:
                 if not step_file.is_file():
                     why = "no .buildkite/test-amd.yaml at this commit"
                 else:
-                    for _ in range(v.repeat):
+                    for _ in range(flags.repeat):
                         try:
-                            results = _bisect_try(v, s, tree, step_file, images[commit])
+                            results = _bisect_try(flags, s, tree, step_file, images[commit])
                         except UsageError as exc:  # e.g. no such step at this commit: skip, not bad
                             why = exc.one_line()
                             break
                         outcomes += [str(r.outcome) for r in results]
                         logs += [r.log for r in results if r.log]
-                        if v.bad_if == "any" and "failed" in outcomes:
+                        if flags.bad_if == "any" and "failed" in outcomes:
                             break  # bad already, whatever the other tries give
-        verdict = bs.verdict(outcomes, any_fails=v.bad_if == "any") if outcomes else bs.SKIP
+        verdict = bs.verdict(outcomes, any_fails=flags.bad_if == "any") if outcomes else bs.SKIP
         record = br.Tried(commit, images[commit], found, outcomes, verdict, round(time.monotonic() - started, 1),
                           ", ".join(logs), why)  # fmt: skip
         log.add(record)
@@ -589,28 +591,28 @@ def bisect(v) -> int:
         search.verdicts[commit] = verdict
         _eprint(f"rocmci: bisect: {commit[:12]} is {verdict}" + (f" ({why})" if why else f" ({', '.join(outcomes)})"))
     answer = search.answer()
-    return _bisect_report(v, answer, tried, images, good, bad, str(log.path))
+    return _bisect_report(flags, answer, tried, images, good, bad, str(log.path))
 
 
-def _bisect_range(v):
+def _bisect_range(flags):
     """(settings, checkout, good, bad, candidates oldest first with --bad last, image repo) of a bisect."""
     from rocmci.errors import UsageError
     from rocmci.runs import bisectrun as br
 
-    for flag, value in (("--step", v.step), ("--good", v.good), ("--bad", v.bad)):
+    for flag, value in (("--step", flags.step), ("--good", flags.good), ("--bad", flags.bad)):
         if not value or not str(value).strip():
             example = "e.g. --step 'Basic Correctness' --good v0.11.0 --bad HEAD"
             raise UsageError(f"run.bisect needs {flag}", hint=example)
-    s = settingsmod.resolve(flags={"vllm_src": v.vllm_src, "mirror_hw": v.mirror_hw})
+    s = settingsmod.resolve(flags={"vllm_src": flags.vllm_src, "mirror_hw": flags.mirror_hw})
     checkout = _vllm_src(s)
     if checkout is None:
         raise UsageError("run.bisect needs a vLLM checkout", hint="run it inside one, or give --vllm-src PATH")
-    good, bad = br.resolve(checkout, v.good, "--good"), br.resolve(checkout, v.bad, "--bad")
+    good, bad = br.resolve(checkout, flags.good, "--good"), br.resolve(checkout, flags.bad, "--bad")
     commits = br.candidates(checkout, good, bad)
     return s, checkout, good, bad, commits, br.image_repo(checkout)
 
 
-def bisect_fanout(v):
+def bisect_fanout(flags):
     """(pipeline, candidates, settings) of `run.bisect --on buildkite`: one job per candidate with a CI image in
     the registry, each the commit's own generated step as run.step derives its job (runs/fanout.py)."""
     from rocmci.engine import Engine
@@ -620,14 +622,15 @@ def bisect_fanout(v):
     from rocmci.runs import bisectrun as br
     from rocmci.runs import fanout
 
-    for given, flag, why in ((v.gpus, "--gpus", "each agent hands its job its own GPUs"),
-                             (v.k, "-k", "it would change the step's env (PYTEST_ADDOPTS)"),
-                             (v.env.as_dict() if v.env else {}, "--env", "a job's env is the step's own")):  # fmt: skip
+    for given, flag, why in ((flags.gpus, "--gpus", "each agent hands its job its own GPUs"),
+                             (flags.k, "-k", "it would change the step's env (PYTEST_ADDOPTS)"),
+                             (flags.env.as_dict() if flags.env else {}, "--env",
+                              "a job's env is the step's own")):  # fmt: skip
         if given:
             raise UsageError(f"{flag} is for a local bisect, not --on buildkite: {why}", hint=f"leave out {flag}")
-    s, checkout, good, bad, commits, repo = _bisect_range(v)
+    s, checkout, good, bad, commits, repo = _bisect_range(flags)
     engine = Engine(s.docker, s.engine_timeout)
-    search = fanout.search_id(v.step, good, bad, v.repeat, repo)
+    search = fanout.search_id(flags.step, good, bad, flags.repeat, repo)
     candidates = []
     for number, commit in enumerate(commits[:-1], 1):
         tag = f"{repo}:{commit}"
@@ -643,7 +646,7 @@ def bisect_fanout(v):
                     if not step_file.is_file():
                         raise UsageError("no .buildkite/test-amd.yaml at this commit")
                     src = srcmod.load_source(step_file, f"{commit[:12]}:.buildkite/test-amd.yaml")
-                    chosen = find_step(src, v.step, s)
+                    chosen = find_step(src, flags.step, s)
                     if not chosen.through_runner:
                         raise UsageError(f"step {chosen.label!r} runs on the agent itself (no_plugin), not in an image")
                     data = chosen.data
@@ -651,15 +654,15 @@ def bisect_fanout(v):
                     why = exc.one_line()
         image = fanout.pinned_image(tag, digest) if data is not None else None
         candidates.append(fanout.Candidate(commit, tag, image, why, data))
-        state = f"{v.repeat} job(s), {image}" if image else f"skipped ({why})"
+        state = f"{flags.repeat} job(s), {image}" if image else f"skipped ({why})"
         _eprint(safe(f"rocmci: bisect: {commit[:12]} ({number} of {len(commits) - 1}): {state}", limit=600))
-    return fanout.pipeline(v.step, candidates, v.repeat, search), candidates, s
+    return fanout.pipeline(flags.step, candidates, flags.repeat, search), candidates, s
 
 
 MAX_OUTCOME_FILES = 20_000
 
 
-def bisect_from_results(v) -> int:
+def bisect_from_results(flags) -> int:
     """The answer from the outcomes the --on buildkite jobs uploaded (downloaded into --from-results)."""
     from rocmci.errors import UsageError
     from rocmci.files import read_bytes
@@ -668,8 +671,8 @@ def bisect_from_results(v) -> int:
     from rocmci.runs import fanout
     from rocmci.runs import results as res
 
-    _, _, good, bad, commits, repo = _bisect_range(v)
-    given = Path(v.from_results)
+    _, _, good, bad, commits, repo = _bisect_range(flags)
+    given = Path(flags.from_results)
     if given.is_dir():
         paths = []
         for path in sorted(given.rglob(f"{fanout.PREFIX}*.json")):
@@ -680,13 +683,13 @@ def bisect_from_results(v) -> int:
     elif os.path.lexists(given):
         paths = [given]
     else:
-        raise UsageError(f"--from-results {v.from_results}: no such file or folder",
+        raise UsageError(f"--from-results {flags.from_results}: no such file or folder",
                          hint="give the folder `buildkite-agent artifact download 'rocmci-bisect-*' DIR` wrote")
     if not paths:
         raise UsageError(f"no outcome files ({fanout.PREFIX}*.json) below {given}",
                          hint="download the bisect build's artifacts: buildkite-agent artifact download "
                          "'rocmci-bisect-*' DIR --build BUILD")  # fmt: skip
-    search = fanout.search_id(v.step, good, bad, v.repeat, repo)
+    search = fanout.search_id(flags.step, good, bad, flags.repeat, repo)
     found = []
     for path in paths:
         outcome = fanout.parse_outcome(
@@ -696,7 +699,7 @@ def bisect_from_results(v) -> int:
         junit = res.parse_junit(junit_file, what="--from-results") if junit_file.is_file() else None
         kind, _ = res.classify(outcome.exit_code, junit)
         found.append((outcome, str(kind)))
-    decided = fanout.decide(commits, found, repeat=v.repeat, any_fails=v.bad_if == "any")
+    decided = fanout.decide(commits, found, repeat=flags.repeat, any_fails=flags.bad_if == "any")
     verdicts = {c: d.verdict for c, d in decided.items()}
     for commit in fanout.out_of_order(commits, verdicts):
         _eprint(f"rocmci: bisect: {commit[:12]} is bad but a later commit is good: a flaky step, or a break that was "
@@ -705,28 +708,28 @@ def bisect_from_results(v) -> int:
     tried = [br.Tried(d.commit, images[d.commit], None, list(d.outcomes), d.verdict, d.seconds, ", ".join(d.files),
                       d.why) for d in decided.values()]  # fmt: skip
     answer = bs.Search(commits, verdicts).answer()
-    return _bisect_report(v, answer, tried, images, good, bad, str(given), "results")
+    return _bisect_report(flags, answer, tried, images, good, bad, str(given), "results")
 
 
-def _bisect_try(v, s, tree, step_file, image):
+def _bisect_try(flags, s, tree, step_file, image):
     """One run of the step at a commit: that commit's step file and runner, in its image, as run.step."""
     import shlex
     import types
 
     from rocmci.runs import execute
 
-    given = dict(v.env.as_dict()) if v.env else {}
-    if v.k:
-        given["PYTEST_ADDOPTS"] = f"-k {shlex.quote(v.k)}"  # the runner passes PYTEST_ADDOPTS on to pytest
+    given = dict(flags.env.as_dict()) if flags.env else {}
+    if flags.k:
+        given["PYTEST_ADDOPTS"] = f"-k {shlex.quote(flags.k)}"  # the runner passes PYTEST_ADDOPTS on to pytest
     # run.step's flags for this commit: its step file and image, the bisect's GPUs, env, host and bounds.
-    flags = types.SimpleNamespace(
-        step=v.step, source=str(step_file), image=image, build_id=None, parallel_job=None, pull=False,
-        gpus=v.gpus, timeout=v.timeout, skip_preflight=v.skip_preflight, no_container=False, dry_run=False,
-        host_root=v.host_root, env=types.SimpleNamespace(as_dict=lambda: given), public=v.public, workdir=None,
-        vllm_src=v.vllm_src, strict=v.strict, json=False, mirror_hw=v.mirror_hw,
+    step_flags = types.SimpleNamespace(
+        step=flags.step, source=str(step_file), image=image, build_id=None, parallel_job=None, pull=False,
+        gpus=flags.gpus, timeout=flags.timeout, skip_preflight=flags.skip_preflight, no_container=False, dry_run=False,
+        host_root=flags.host_root, env=types.SimpleNamespace(as_dict=lambda: given), public=flags.public, workdir=None,
+        vllm_src=flags.vllm_src, strict=flags.strict, json=False, mirror_hw=flags.mirror_hw,
     )
-    s = settingsmod.resolve(flags={"image": image, "vllm_src": v.vllm_src, "mirror_hw": v.mirror_hw})
-    planned = prepare_step(flags, s, checkout=tree)
+    s = settingsmod.resolve(flags={"image": image, "vllm_src": flags.vllm_src, "mirror_hw": flags.mirror_hw})
+    planned = prepare_step(step_flags, s, checkout=tree)
     if isinstance(planned, int):
         from rocmci.errors import UsageError
 
@@ -735,19 +738,19 @@ def _bisect_try(v, s, tree, step_file, image):
     return execute.execute(prepared, opts, engine, registry, out=_eprint)
 
 
-def _bisect_report(v, answer, tried, images, good, bad, log: str, log_name: str = "log") -> int:
+def _bisect_report(flags, answer, tried, images, good, bad, log: str, log_name: str = "log") -> int:
     import shlex
 
     rows = [t.as_json() for t in tried]
     reproduce = {}
     # run.step reads the step file and runner of the checkout: the commit's own, once it is checked out.
     if answer.first_bad:
-        reproduce["bad"] = (f"git checkout {answer.first_bad} && rocmci run.step --step {shlex.quote(v.step)} "
+        reproduce["bad"] = (f"git checkout {answer.first_bad} && rocmci run.step --step {shlex.quote(flags.step)} "
                             f"--image {images.get(answer.first_bad, answer.first_bad)}")  # fmt: skip
     if answer.last_good:
-        reproduce["good"] = (f"git checkout {answer.last_good} && rocmci run.step --step {shlex.quote(v.step)} "
+        reproduce["good"] = (f"git checkout {answer.last_good} && rocmci run.step --step {shlex.quote(flags.step)} "
                              f"--image {images[answer.last_good]}")  # fmt: skip
-    if v.json:
+    if flags.json:
         print(to_json({"first_bad": answer.first_bad if answer.exact else None, "last_good": answer.last_good or good,
                        "suspects": list(answer.suspects), "skipped": list(answer.skipped), "runs": len(tried),
                        "tried": rows, "reproduce": reproduce, log_name: log}))  # fmt: skip
