@@ -541,7 +541,8 @@ def test_a_host_run_logs_each_redacted_line_and_reports_its_outcome(tmp_path):
     assert signal.getsignal(signal.SIGTERM) is before  # rocmci's own handler only during the run
     assert out == [str(tmp_path), "h\u00e9llo", "token ***"]  # in the workdir
     (log,) = prepared.files
-    assert re.fullmatch(r"moe-testsof1-\d{8}-\d{6}\.log", log.name) and log.parent == tmp_path / "results"
+    assert re.fullmatch(rf"moe-testsof1-\d{{8}}-\d{{6}}-{os.getpid()}\.log", log.name)
+    assert log.parent == tmp_path / "results"
     assert log.read_text(encoding="utf-8") == f"{tmp_path}\nh\u00e9llo\ntoken ***\n"
     (result,) = results
     assert (result.workload, result.outcome, result.exit_code, result.attempts, result.log) == (
@@ -776,10 +777,12 @@ def test_a_log_write_failing_mid_run_stops_every_workload_and_removes_the_runs_f
     assert list((tmp_path / "results").iterdir()) == []
 
 
-def test_a_log_that_cannot_be_opened_is_the_same_one_error(tmp_path):
-    """The log file cannot even be made (its name is too long for the file system): one error, nothing ran."""
+def test_a_log_that_cannot_be_opened_is_the_same_one_error(tmp_path, monkeypatch):
+    """The log file cannot even be made (here: a name too long for the file system, which log_file_name never
+    gives; tests/unit/test_log_names.py): one error, nothing ran."""
     ran = tmp_path / "ran"
-    load = workload("n" * 300, argv=(PY, "-c", f"open({str(ran)!r}, 'w').close()"))
+    monkeypatch.setattr(runs, "log_file_name", lambda name, stamp, pid: "n" * 300 + ".log")
+    load = workload("n", argv=(PY, "-c", f"open({str(ran)!r}, 'w').close()"))
     with pytest.raises(InputError, match="cannot write the workload log during the run: File name too long"):
         host_run(tmp_path, load)
     assert not ran.exists()
@@ -889,7 +892,8 @@ def test_the_images_archs_are_checked_against_the_gpus_and_noted(engine, labelle
     prepared = runs.prepare([workload()], options(root, image=fits), engine, notes=["caller's note"])
     assert prepared.warnings == []
     assert prepared.notes == [
-        f"image {fits}: DeepEP built for gfx942 (label {label.ARCH}); ROCm 6.4.1 (label {label.VLLM_ROCM_VERSION})",
+        f"image {fits}: DeepEP built for gfx942 (label {label.ARCH}, declared: no {label.EVIDENCE_ARCH} (code "
+        f"objects not verified)); ROCm 6.4.1 (label {label.VLLM_ROCM_VERSION})",
         "caller's note",
     ]
     other = labelled_images["gfx90a"]

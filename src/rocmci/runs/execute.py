@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
+import re
 import signal
 import threading
 import time
@@ -242,6 +244,26 @@ def _results_unwritable(exc: OSError, folder: Path, written: list[Path]) -> Inpu
     )
 
 
+_LOG_NAME_KEEP = re.compile(r"[^A-Za-z0-9._-]")
+LOG_NAME_MAX = 96  # characters of the name before the stamp: the file name stays far below NAME_MAX (255)
+
+
+def log_file_name(name: str, stamp: str, pid: int) -> str:
+    """A run's log file name from its workload's name (a step's label, from the step file).
+
+    Only letters, digits and . _ - reach the path: a NUL, a line break or a '/' in a label cannot make an open()
+    fail or a file land elsewhere, and a 300-character label fits. When anything was replaced or cut, a hash of the
+    whole name follows, so two labels that differ only there keep two logs. The process id keeps two runs of one
+    step started in the same second from writing one file.
+    """
+    plain = name.replace(" ", "-").replace("/", "of")
+    safe = _LOG_NAME_KEEP.sub("_", plain).lstrip(".")
+    if safe != plain or len(safe) > LOG_NAME_MAX or not safe:
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+        safe = f"{safe[: LOG_NAME_MAX - 11]}-{digest}".lstrip("-")
+    return f"{safe}-{stamp}-{pid}.log"
+
+
 def execute(
     prepared: Prepared,
     opts: RunOptions,
@@ -280,7 +302,7 @@ def execute(
 
     def one(number: int, planned: PlannedRun, width: int) -> None:
         workload = planned.workload
-        log_path = opts.results_dir / f"{workload.name.replace(' ', '-').replace('/', 'of')}-{stamp}.log"
+        log_path = opts.results_dir / log_file_name(workload.name, stamp, os.getpid())
         prefix = f"[{workload.name}] " if width > 1 else ""
         with lock:
             prepared.files.append(log_path)
