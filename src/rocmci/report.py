@@ -34,9 +34,10 @@ MAX_FIELD = 1000
 # isolates (U+202A..U+202E, U+2066..U+2069: a U+202E makes `txt.exe` read as `exe.txt`), the directional
 # marks (U+200E, U+200F, U+061C), zero-width characters (U+200B..U+200D, U+2060, U+FEFF), and the line and
 # paragraph separators (U+2028, U+2029, U+0085 is C1), which split one record over several lines.
-_INVISIBLE = "\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\u2028\u2029"
-_CONTROL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_INVISIBLE}]")
-_CONTROL_OR_NEWLINE = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_INVISIBLE}]")
+INVISIBLE = "\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\u2028\u2029"
+_CONTROL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{INVISIBLE}]")
+_CONTROL_OR_NEWLINE = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{INVISIBLE}]")
+UNSAFE_ON_ONE_LINE = _CONTROL_OR_NEWLINE  # what no printed record may hold raw (dry-run comments use it too)
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
 
 

@@ -370,3 +370,30 @@ def test_without_buildkite_nothing_is_posted(host, tmp_path):
     assert res.under_buildkite({"BUILDKITE": "true", "PATH": str(tmp_path / "bin")}) == str(
         tmp_path / "bin/buildkite-agent"
     )
+
+
+ESCAPES = ("\x1b", "\u202e", "\x07")  # a terminal escape, a bidi override, a bell
+
+
+def test_a_canary_and_terminal_escapes_reach_no_exit_raw(host, tmp_path):
+    """One secret (--env) and terminal escapes (in a test id, through --junit-prefix) go through a real run and
+    its dry run: none reaches stdout, stderr, the log, the JUnit file, the annotation, an upload or a results
+    file raw, and the child's argv in the dry run names the secret only as ***."""
+    env, record = _agent(tmp_path)
+    canary = "Kx9-canary-d41d8cd9"
+    prefix = "pre\x1b[31m\u202e\x07fix"
+    extra = ("--env", f"UPLOAD_PASSWORD={canary}", "--env", f"PLAIN_VALUE={canary}x", "--public", "PLAIN_VALUE",
+             "--extra", f"'--junit-prefix={prefix}'")  # fmt: skip
+    dry = run_invoke(*args(host, "--mode", "high-throughput", "-n", *extra), env={**host["env"], **env})
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    done = run_invoke(*args(host, "--mode", "high-throughput", *extra, mode="fail-one"), env={**host["env"], **env})
+    assert done.returncode == 1, done.stdout + done.stderr
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    exits = {"dry run": dry.stdout + dry.stderr, "run": done.stdout + done.stderr}
+    exits |= {f"posted {c['argv'][:2]}": (c.get("stdin") or "") + (c.get("sent") or "") for c in calls}
+    exits |= {f"file {p.name}": p.read_text(errors="replace") for p in host["results"].rglob("*") if p.is_file()}
+    assert any("fix" in text for text in exits.values())  # the test ids did reach some exit, escaped
+    for name, text in exits.items():
+        assert canary not in text.replace(f"{canary}x", ""), f"the canary reached {name}"
+        for char in ESCAPES:
+            assert char not in text, f"{char!r} reached {name}"

@@ -133,12 +133,17 @@ def _client(engine: Engine | None) -> str:
     return "docker"
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
 def _comment(text: str) -> str:
-    """A shell comment that stays one line whatever the text holds: pasted, it runs nothing."""
-    return "# " + _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """A shell comment that stays one line whatever the text holds: pasted, it runs nothing. Control, bidi and
+    line-separating characters (report.UNSAFE_ON_ONE_LINE) are shown as escapes, so the comment reads in its
+    order on the terminal."""
+    from rocmci.report import UNSAFE_ON_ONE_LINE
+
+    def escaped(m: re.Match) -> str:
+        c = ord(m.group())
+        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+    return "# " + UNSAFE_ON_ONE_LINE.sub(escaped, text)
 
 
 def shlex_quote(text: str) -> str:
