@@ -51,3 +51,13 @@ def test_two_labels_keep_two_logs(a, b):
             a.replace(" ", "-").replace("/", "of") == b.replace(" ", "-").replace("/", "of")
         )
     assert os.sep not in log_file_name(a, STAMP, 1) and "\x00" not in log_file_name(a, STAMP, 1)
+
+
+def test_the_run_areas_progress_lines_pass_the_output_gate(capsys):
+    """run.bisect's and the runs' progress lines carry commit subjects, labels and paths from outside."""
+    from rocmci.runs import service
+
+    service._eprint("rocmci: bisect: \x1b]0;owned\x07 https://user:hunter22@example.com/x \u202edone")
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\u202e" not in err and "hunter22" not in err
+    assert err.count("\n") == 1 and "bisect" in err

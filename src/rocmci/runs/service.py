@@ -19,7 +19,11 @@ from rocmci.runs.workloads import WORKSPACE
 
 
 def _eprint(text: str) -> None:
-    print(text, file=sys.stderr)
+    """A progress or note line on stderr, through the output gate (credential shapes masked, control and bidi
+    characters escaped): commit subjects, paths and step labels come from outside."""
+    from rocmci.report import safe
+
+    print(safe(text, limit=None), file=sys.stderr)
 
 
 def results_dir(s) -> Path:
