@@ -5,7 +5,6 @@ files, with `settings.resolve` wrapped in the process that runs the task."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.functional.checkouts import make_checkout
 
-STANDIN = REPO / "tests" / "data" / "standin" / "vllm-workspace"
 COUNTING = """
 import sys
 from rocmci import settings
@@ -47,14 +46,7 @@ TASKS = [
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory, vllm_fixtures: Path) -> Path:
-    root = tmp_path_factory.mktemp("vllm")
-    shutil.copytree(vllm_fixtures / "docker", root / "docker")
-    (root / ".buildkite").mkdir()
-    shutil.copy(vllm_fixtures / "test-amd.yaml", root / ".buildkite" / "test-amd.yaml")
-    shutil.copytree(vllm_fixtures / "buildkite" / "scripts", root / ".buildkite" / "scripts")
-    shutil.copytree(STANDIN / "tests", root / "tests")
-    (root / "setup.py").write_text("# vLLM's setup.py\n")
-    return root
+    return make_checkout(tmp_path_factory.mktemp("vllm"), vllm_fixtures)
 
 
 @pytest.mark.parametrize("task", TASKS, ids=[t[0] for t in TASKS])
