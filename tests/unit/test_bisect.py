@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 from hypothesis import given, settings
@@ -55,3 +56,23 @@ def test_the_answer_is_the_first_bad_commit_or_the_suspects_that_hide_it(first_b
         assert answer.last_good == (COMMITS[max(tried_good)] if tried_good else None)
     else:
         assert set(answer.suspects) - {answer.first_bad} <= {COMMITS[i] for i in skipped}
+
+
+def test_a_git_that_never_answers_ends_in_one_line_within_the_bound(tmp_path, monkeypatch):
+    """The bisect's git calls are bounded by git_timeout and kill git's whole process group: a transport that
+    holds the pipes (here a grandchild that sleeps) cannot keep rocmci waiting."""
+    import time
+
+    from rocmci.errors import UsageError
+    from rocmci.runs import bisectrun
+
+    fake = tmp_path / "bin" / "git"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nsleep 300 &\nsleep 300\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    started = time.monotonic()
+    with pytest.raises(UsageError, match=r"--good: git did not answer within 1 s") as caught:
+        bisectrun.resolve(tmp_path, "main", "--good", timeout=1)
+    assert time.monotonic() - started < 30
+    assert "git_timeout" in (caught.value.hint or "")

@@ -28,15 +28,23 @@ BUILD_SCRIPT = Path(".buildkite/scripts/rocm/build-test-image.sh")
 # `legacy_commit_image="${ROCM_CI_IMAGE_REPO:-rocm/vllm-ci}:${BUILDKITE_COMMIT...}"`: the commit's tag.
 _COMMIT_TAG = re.compile(r'"\$\{ROCM_CI_IMAGE_REPO:-([^}"\s]+)\}:\$\{BUILDKITE_COMMIT[:}?]')
 MAX_CANDIDATES = 5000  # first-parent commits between good and bad; more is a wrong --good
-GIT_SECONDS = 120
+GIT_SECONDS = 120  # the git_timeout setting's default; the bisect passes the setting
+GIT_HINT = "check the checkout, or raise the setting git_timeout (ROCMCI_GIT_TIMEOUT)"
 
 
-def git(checkout: Path, *args: str, what: str = "git") -> str:
+class GitDidNotAnswer(UsageError):
+    """git outlived its bound: said as such, never read as git's own answer."""
+
+
+def git(checkout: Path, *args: str, what: str = "git", timeout: float = GIT_SECONDS) -> str:
+    """git's output; on timeout or a signal its whole process group is killed (process.run_captured)."""
+    from rocmci import process
+
     try:
-        done = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True,
-                              timeout=GIT_SECONDS, stdin=subprocess.DEVNULL)  # fmt: skip
+        done = process.run_captured(["git", "-C", str(checkout), *args], timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise UsageError(f"{what}: git did not answer within {GIT_SECONDS} s", hint="check the checkout") from None
+        raise GitDidNotAnswer(f"{what}: git did not answer within {timeout:g} s",
+                         hint=GIT_HINT) from None  # fmt: skip
     except OSError as exc:
         raise UsageError(f"{what}: git cannot run ({exc.strerror})", hint="install git") from None
     if done.returncode != 0:
@@ -45,20 +53,24 @@ def git(checkout: Path, *args: str, what: str = "git") -> str:
     return done.stdout
 
 
-def resolve(checkout: Path, ref: str, flag: str) -> str:
+def resolve(checkout: Path, ref: str, flag: str, timeout: float = GIT_SECONDS) -> str:
     if not ref or ref.startswith("-") or any(c.isspace() or ord(c) < 32 for c in ref):
         raise UsageError(f"{flag} {ref[:40]!r} is not a git revision", hint="e.g. a commit hash, a tag or main~20")
     try:
-        return git(checkout, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", what=flag).strip()
+        found = git(checkout, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", what=flag, timeout=timeout)
+        return found.strip()
+    except GitDidNotAnswer:
+        raise
     except UsageError:  # --quiet: git says nothing, so the line says what it found
         raise UsageError(
             f"{flag} {ref[:40]!r} is not a commit of {checkout}", hint="give a commit hash, tag or ref"
         ) from None
 
 
-def candidates(checkout: Path, good: str, bad: str) -> list[str]:
+def candidates(checkout: Path, good: str, bad: str, timeout: float = GIT_SECONDS) -> list[str]:
     """First-parent commits after good up to bad, oldest first (bad last)."""
-    out = git(checkout, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}", what="--good..--bad").split()
+    out = git(checkout, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}", what="--good..--bad",
+              timeout=timeout).split()  # fmt: skip
     if not out:
         raise UsageError("--bad is not after --good on the first-parent history", hint="swap them, or check the refs")
     if len(out) > MAX_CANDIDATES:
@@ -82,10 +94,14 @@ def image_repo(checkout: Path, environ=os.environ) -> str:
     return environ.get("ROCM_CI_IMAGE_REPO") or m.group(1)
 
 
-def commit_tree(checkout: Path, commit: str, folder: Path) -> Path:
+def commit_tree(checkout: Path, commit: str, folder: Path, timeout: float = GIT_SECONDS) -> Path:
     """The commit's .buildkite (its step file and runner), written below `folder`."""
-    data = subprocess.run(["git", "-C", str(checkout), "archive", "--format=tar", commit, ".buildkite"],
-                          capture_output=True, timeout=GIT_SECONDS, stdin=subprocess.DEVNULL)  # fmt: skip
+    try:
+        data = subprocess.run(["git", "-C", str(checkout), "archive", "--format=tar", commit, ".buildkite"],
+                              capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"git archive of {commit[:12]} did not end within {timeout:g} s",
+                         hint=GIT_HINT) from None  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)
     if data.returncode != 0:
         return folder  # no .buildkite at that commit: the step is then not there ("skip")

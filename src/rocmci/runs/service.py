@@ -572,7 +572,7 @@ def bisect(flags) -> int:
             why = f"no image {images[commit]}"
         else:
             with br.scratch() as folder:
-                tree = br.commit_tree(checkout, commit, folder / "tree")
+                tree = br.commit_tree(checkout, commit, folder / "tree", s.git_timeout)
                 step_file = tree / ".buildkite" / "test-amd.yaml"
                 if not step_file.is_file():
                     why = "no .buildkite/test-amd.yaml at this commit"
@@ -611,8 +611,9 @@ def _bisect_range(flags):
     checkout = _vllm_src(s)
     if checkout is None:
         raise UsageError("run.bisect needs a vLLM checkout", hint="run it inside one, or give --vllm-src PATH")
-    good, bad = br.resolve(checkout, flags.good, "--good"), br.resolve(checkout, flags.bad, "--bad")
-    commits = br.candidates(checkout, good, bad)
+    timeout = s.git_timeout
+    good, bad = br.resolve(checkout, flags.good, "--good", timeout), br.resolve(checkout, flags.bad, "--bad", timeout)
+    commits = br.candidates(checkout, good, bad, timeout)
     return s, checkout, good, bad, commits, br.image_repo(checkout)
 
 
@@ -644,7 +645,7 @@ def bisect_fanout(flags):
             why = f"no image {tag} in the registry"
         else:
             with br.scratch() as folder:
-                tree = br.commit_tree(checkout, commit, folder / "tree")
+                tree = br.commit_tree(checkout, commit, folder / "tree", s.git_timeout)
                 step_file = tree / ".buildkite" / "test-amd.yaml"
                 try:
                     if not step_file.is_file():
