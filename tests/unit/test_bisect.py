@@ -59,20 +59,39 @@ def test_the_answer_is_the_first_bad_commit_or_the_suspects_that_hide_it(first_b
 
 
 def test_a_git_that_never_answers_ends_in_one_line_within_the_bound(tmp_path, monkeypatch):
-    """The bisect's git calls are bounded by git_timeout and kill git's whole process group: a transport that
-    holds the pipes (here a grandchild that sleeps) cannot keep rocmci waiting."""
+    """The bisect's git calls are bounded by git_timeout and kill git's whole process group: a transport it
+    started (here a grandchild that sleeps) does not outlive the bound, and the line says git did not answer."""
     import time
+    from pathlib import Path
 
     from rocmci.errors import UsageError
     from rocmci.runs import bisectrun
 
-    fake = tmp_path / "bin" / "git"
-    fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\nsleep 300 &\nsleep 300\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    transport = bin_dir / "transport"  # its path, unique to this test, finds it among the host's processes
+    transport.write_text("#!/bin/sh\nsleep 300\n")
+    (bin_dir / "git").write_text(f"#!/bin/sh\n{transport} &\n{transport}\n")
+    for script in (transport, bin_dir / "git"):
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     started = time.monotonic()
     with pytest.raises(UsageError, match=r"--good: git did not answer within 1 s") as caught:
         bisectrun.resolve(tmp_path, "main", "--good", timeout=1)
     assert time.monotonic() - started < 30
     assert "git_timeout" in (caught.value.hint or "")
+
+    def alive() -> list[str]:
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if str(transport).encode() in cmdline.read_bytes():
+                    found.append(cmdline.parent.name)
+            except OSError:
+                continue
+        return found
+
+    deadline = time.monotonic() + 10
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert alive() == [], "git's transport outlived the bound"
