@@ -53,7 +53,7 @@ def test_a_ci_base_published_under_its_content_hash_is_reused_and_a_moved_tag_is
     stable = f"{registry}/{repo}:ci_base"
     base = f"{registry}/{repo}/base:1"  # a published BASE_IMAGE, so that --pull can pull it
     images += [repo, stable.rsplit(":", 1)[0], base.rsplit(":", 1)[0]]
-    make_image(engine, base, f"FROM {python_image}\nLABEL rocmci.test={repo}\n")  # its own ID, not the shared one
+    make_image(engine, repo, base, f"FROM {python_image}\nLABEL rocmci.test={repo}\n")  # its own ID, not the shared one
     engine.cli("push", base, timeout=120)
     settings = env(repo, ROCMCI_CI_BASE_TAG=stable, ROCMCI_BASE_IMAGE=base)
 
@@ -90,7 +90,7 @@ def test_a_ci_base_published_under_its_content_hash_is_reused_and_a_moved_tag_is
 
     # The published tag moves (same content hash label, other bytes); this engine still has the old one.
     old = engine.image_attrs(published)["Id"]
-    make_image(engine, published, f"FROM {published}\nRUN echo moved > /ci-base-marker\n")
+    make_image(engine, repo, published, f"FROM {published}\nRUN echo moved > /ci-base-marker\n")
     engine.cli("push", published, timeout=120)
     engine.cli("tag", old, published)
     local = run_invoke("image.build", "--vllm-src", str(tree), env=settings)

@@ -110,8 +110,8 @@ def build(flags) -> int:
             raise
         reachable = False
         preflight.append(f"not checked: {exc.message}: BuildKit features, BASE_IMAGE's digest and the builder")
-        notes.append("the engine is not reachable: BuildKit features, BASE_IMAGE's digest and the builder "
-                     "were not checked")  # fmt: skip
+        notes.append(f"the engine is not reachable ({exc.message}): BuildKit features, BASE_IMAGE's digest and "
+                     "the builder were not checked")  # fmt: skip
     if reachable:  # the positive control: a file any BuildKit builder must accept, built for real
         _preflight(lambda: _require_buildkit(engine), flags.dry_run, preflight)
     if reachable and flags.target != "base" and not preflight:

@@ -104,8 +104,15 @@ def _registry(s):
     from rocmci.files import display_name
     from rocmci.workaround_registry import load_registry
 
+    from rocmci.errors import RocmciError
+
     path = registry_path(s)
-    return load_registry(path, display_name(path, s.workspace))
+    try:
+        return load_registry(path, display_name(path, s.workspace))
+    except RocmciError as exc:  # a registry the user named: the line says which setting named it
+        if s.origin("workarounds") != "default":
+            exc.message = f"{exc.message} (setting workarounds, {s.origin('workarounds')})"
+        raise
 
 
 def _vllm_src(s) -> Path | None:
