@@ -101,10 +101,9 @@ def registry_path(s) -> Path:
 
 
 def _registry(s):
+    from rocmci.errors import RocmciError
     from rocmci.files import display_name
     from rocmci.workaround_registry import load_registry
-
-    from rocmci.errors import RocmciError
 
     path = registry_path(s)
     try:
