@@ -110,7 +110,7 @@ def _registry(s):
         return load_registry(path, display_name(path, s.workspace))
     except RocmciError as exc:  # a registry the user named: the line says which setting named it
         if s.origin("workarounds") != "default":
-            exc.message = f"{exc.message} (setting workarounds, {s.origin('workarounds')})"
+            exc.message = f"setting workarounds ({s.origin('workarounds')}): {exc.message}"  # first: long paths are cut
         raise
 
 
