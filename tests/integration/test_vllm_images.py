@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from tests.conftest import REPO, SHARED_VLLM, run_invoke
+from tests.conftest import REPO, RUN_ID, SHARED_VLLM, run_invoke
 from tests.integration.helpers import STANDIN, moe, results_of, run_env
 
 
@@ -19,7 +19,7 @@ def _build(engine, dockerfile: str, base: str) -> str:
     tag = f"rocmci-test/{dockerfile.lower().replace('dockerfile.', '')}:{uuid.uuid4().hex[:8]}"
     done = subprocess.run(
         [engine.client, "build", "--network", "none", "-q", "-f", str(STANDIN / dockerfile), "-t", tag,
-         "--build-arg", f"BASE_IMAGE={base}", str(STANDIN)],
+         "--build-arg", f"BASE_IMAGE={base}", "--label", f"test.run={RUN_ID}", str(STANDIN)],
         env=engine.build_env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -27,7 +27,8 @@ def _build(engine, dockerfile: str, base: str) -> str:
 
 
 def _containers_of(engine, image: str) -> list[str]:
-    """Containers of this image, running or not (other sessions may share the engine: not all of them)."""
+    """Containers of this image, running or not. The image carries this run's id in a label outside rocmci's
+    names, so a suite beside this one, whose same build would otherwise be the same image, has its own."""
     return engine.cli("ps", "-aq", "--filter", f"ancestor={image}").stdout.split()
 
 
