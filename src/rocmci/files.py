@@ -321,3 +321,18 @@ def display_name(path: Path, workspace: Path) -> str:
         return str(Path(os.path.realpath(path)).relative_to(workspace))
     except ValueError:
         return str(path)
+
+
+def remove_output(path: str, what: str) -> bool:
+    """Remove the output file `path` names (a link's target), if there is one, so an earlier run's output cannot
+    pass for this run's; never an input of this run. True when a file was removed."""
+    target = write_target(path, what)  # a folder, FIFO or link loop: refused, as a write would be
+    if not target.exists():
+        return False
+    refuse_inputs(target, {}, what)
+    try:
+        target.unlink()
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot remove an earlier run's output: {exc.strerror}",
+                         hint="remove it, or give another path") from None  # fmt: skip
+    return True

@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 from tests.conftest import REPO
-from tests.functional.test_vllm_checkout import ROCMCI
 
 STANDIN = REPO / "tests" / "data" / "standin" / "vllm-workspace"
+SCRIPT = Path(sysconfig.get_path("scripts")) / "rocmci"
+ROCMCI = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-c", "from rocmci.cli.program import main; main()"]
 
 
 def make_checkout(root: Path, vllm_fixtures: Path) -> Path:

@@ -12,31 +12,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-
-STANDIN = REPO / "tests" / "data" / "standin" / "vllm-workspace"
-SCRIPT = Path(sysconfig.get_path("scripts")) / "rocmci"
-ROCMCI = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-c", "from rocmci.cli.program import main; main()"]
+from tests.functional.checkouts import ROCMCI, make_checkout
 
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory, vllm_fixtures: Path) -> Path:
-    root = tmp_path_factory.mktemp("vllm")
-    shutil.copytree(vllm_fixtures / "docker", root / "docker")
-    (root / ".buildkite").mkdir()
-    shutil.copy(vllm_fixtures / "test-amd.yaml", root / ".buildkite" / "test-amd.yaml")
-    shutil.copytree(vllm_fixtures / "buildkite" / "scripts", root / ".buildkite" / "scripts")
-    shutil.copytree(STANDIN / "tests", root / "tests")
-    shutil.copytree(STANDIN / "examples", root / "examples")
-    (root / "setup.py").write_text("# vLLM's setup.py (a checkout has one; rocmci only looks for it)\n")
-    (root / "pyproject.toml").write_text('[project]\nname = "vllm"\n')  # vLLM's own: no [tool.rocmci]
-    return root
+    return make_checkout(tmp_path_factory.mktemp("vllm"), vllm_fixtures)
 
 
 def rocmci(*args: str, cwd: Path) -> subprocess.CompletedProcess:

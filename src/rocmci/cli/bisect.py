@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from rocmci.errors import FindingsError, UsageError
+from rocmci.files import remove_output
 
 
 def bisect(flags) -> int:
@@ -54,7 +55,7 @@ def fan_out(flags) -> int:
     if errors:
         for finding in errors[:5]:
             print(safe(finding.text(), limit=400), file=sys.stderr)
-        removed = _remove_earlier(flags.out) if flags.out and not flags.dry_run else False
+        removed = remove_output(flags.out, "--out") if flags.out and not flags.dry_run else False
         gone = f", and the earlier {flags.out} was removed" if removed else ""
         raise FindingsError(
             f"the bisect pipeline would be refused ({plural(len(errors), 'error')}, first: [{errors[0].rule}] "
@@ -70,18 +71,3 @@ def fan_out(flags) -> int:
     print(f"wrote {flags.out}: {plural(jobs, 'job')}, {len(skipped)} candidate(s) skipped; upload it with "
           f"buildkite-agent pipeline upload {flags.out}", file=sys.stderr)  # fmt: skip
     return 0
-
-
-def _remove_earlier(out: str) -> bool:
-    """An earlier run's pipeline at --out goes when this one is refused: it must not be uploaded as this one's."""
-    from rocmci.files import write_target
-
-    target = write_target(out, "--out")  # a folder, FIFO or link loop: refused, as a write would be
-    if not target.exists():
-        return False
-    try:
-        target.unlink()
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot remove an earlier run's pipeline: {exc.strerror}",
-                         hint="remove it, or give another path") from None  # fmt: skip
-    return True

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from rocmci.errors import FindingsError, UsageError
+from rocmci.files import remove_output
 from rocmci.heap import no_gc, skip_final_collection
 from rocmci.pipeline import service
 from rocmci.report import plural
@@ -36,7 +37,7 @@ def generate(flags) -> int:
         _eprint(f"no pipeline: {decision.skip} (as bootstrap-amd.sh)")
         # Never stale: a pipeline or annotation a previous run left there would be uploaded as this one's.
         for path, what in ((flags.out, "--out"), (flags.annotation, "--annotation")):
-            if path and _remove_output(path, what):
+            if path and remove_output(path, what):
                 _eprint(f"removed {path} ({what}): it held an earlier run's output, and this change has none")
         return 0
     skip_final_collection()
@@ -105,22 +106,6 @@ def _distinct_outputs(out: str | None, annotation: str | None) -> None:
     if same:
         raise UsageError(f"--out and --annotation name the same file ({out}); one would overwrite the other",
                          hint="give --annotation another path")  # fmt: skip
-
-
-def _remove_output(path: str, what: str) -> bool:
-    """Remove the output file `path` names (a link's target), if there is one; never an input of this run."""
-    from rocmci.files import refuse_inputs, write_target
-
-    target = write_target(path, what)  # a folder, FIFO or link loop: refused, as a write would be
-    if not target.exists():
-        return False
-    refuse_inputs(target, {}, what)
-    try:
-        target.unlink()
-    except OSError as exc:
-        raise UsageError(f"{what} {path}: cannot remove an earlier run's output: {exc.strerror}",
-                         hint="remove it, or give another path") from None  # fmt: skip
-    return True
 
 
 def _refused(text: str, i, workspace: Path, src, held) -> list:
