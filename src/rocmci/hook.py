@@ -85,12 +85,21 @@ def as_json(results: list[FileResult]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    from rocmci.heap import no_gc, skip_final_collection
+    from rocmci.errors import raise_on_signals
 
-    skip_final_collection()  # the process ends after these files: no last scan of their objects
-    with no_gc():  # a short process building acyclic data (rocmci/heap.py), its imports included
-        return check_files(args)
+    try:
+        raise_on_signals()  # Ctrl-C and SIGTERM while files are read: one line and 130/143, not a traceback
+        args = parser().parse_args(argv)
+        from rocmci.heap import no_gc, skip_final_collection
+
+        skip_final_collection()  # the process ends after these files: no last scan of their objects
+        with no_gc():  # a short process building acyclic data (rocmci/heap.py), its imports included
+            return check_files(args)
+    except KeyboardInterrupt as exc:  # errors.Terminated and Signalled are ones too, with their exit codes
+        name = getattr(exc, "name", None)  # as `rocmci` says it (cli/program.py)
+        what = "interrupted" if name is None else "terminated" if name == "SIGTERM" else f"stopped by {name}"
+        print(f"{PROG}: {what}", file=sys.stderr)
+        return getattr(exc, "exit_code", 130)
 
 
 def check_files(args: argparse.Namespace) -> int:
