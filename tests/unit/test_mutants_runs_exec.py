@@ -367,22 +367,25 @@ def test_a_container_spec_is_the_runners_docker_run(tmp_path, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     root = fake_host(tmp_path)
     (root / "dev/infiniband").mkdir()
-    opts = options(root, env={"PLAIN": "shown", "MY_SECRET": SECRET, "AWS_ACCESS_KEY_ID": "x" * 20,
-                              "BUILDKITE_PARALLEL_JOB": "3"},
+    opts = options(root, env={"PLAIN": "hidden", "MY_SECRET": SECRET, "AWS_ACCESS_KEY_ID": "x" * 20,
+                              "BUILDKITE_PARALLEL_JOB": "3", "OWN": "2", "SHOWN": "yes"}, public=frozenset({"SHOWN"}),
                    network="host", memory="8g", shm_size="2g", hf_cache="~/hfc")  # fmt: skip
     load = workload("moe", argv=("python3", "-m", "pytest"), env={"OWN": "1", "PYTORCH_ROCM_ARCH": "gfx942"})
     spec = runs.spec_for(load, [gpu(2)], opts, 0)
     assert re.fullmatch(r"rocmci-moe-tests-[0-9a-f]{10}", spec.name)
     job = spec.name.rsplit("-", 1)[-1]
     assert spec.env == {
-        **wl.container_env(job, {}), "PYTORCH_ROCM_ARCH": "gfx942", "PYTHONPATH": "/vllm-workspace", "OWN": "1",
-        "PLAIN": "shown", "BUILDKITE_PARALLEL_JOB": "3",
+        **wl.container_env(job, {}), "PYTORCH_ROCM_ARCH": "gfx942", "PYTHONPATH": "/vllm-workspace", "SHOWN": "yes",
     }  # fmt: skip
     assert spec.env["TMPDIR"] == f"/tmp/vllm-{job[:8]}/tmp"
-    # A plain --env value (BUILDKITE_PARALLEL_JOB) is not passed by name as well; a secret one once, by name.
+    # Every --env value by name, once (the workload's own OWN=1 gives way to --env's), but the --public one:
+    # no value given on rocmci's command line reaches docker's.
     assert spec.pass_env == (
-        "HF_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "BUILDKITE_PARALLEL_JOB_COUNT", "MY_SECRET"
+        "HF_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "BUILDKITE_PARALLEL_JOB",
+        "BUILDKITE_PARALLEL_JOB_COUNT", "MY_SECRET", "OWN", "PLAIN",
     )  # fmt: skip
+    argv = ctr.run_argv(spec, "docker")
+    assert not [a for a in argv if "hidden" in a or SECRET in a or a == "OWN=1"] and "SHOWN=yes" in argv
     assert spec.devices == (
         (f"{root}/dev/kfd", "/dev/kfd"), (f"{root}/dev/dri/renderD130", "/dev/dri/renderD130"),
         (f"{root}/dev/infiniband", "/dev/infiniband"),
@@ -486,12 +489,12 @@ def test_the_redactor_hides_known_secrets_and_every_env_value_but_public_ones(mo
     assert redact("token plain-words-no-shape") == "token ***"
 
 
-def test_the_docker_clients_environment_carries_secret_env_values_only(monkeypatch):
-    """Secrets given with --env reach `docker run` by name: in the client's environment, plain ones are not."""
+def test_the_docker_clients_environment_carries_the_env_values_passed_by_name(monkeypatch):
+    """--env values reach `docker run` by name, from the client's environment; a --public one is on its argv."""
     monkeypatch.setenv("ROCMCI_SOMETHING", "kept")
-    opts = options(Path("/"), env={"MY_SECRET": SECRET, "PLAIN": "p"})
+    opts = options(Path("/"), env={"MY_SECRET": SECRET, "PLAIN": "p", "SHOWN": "s"}, public=frozenset({"SHOWN"}))
     client_env = runs._client_env(opts)
-    assert client_env == {**os.environ, "MY_SECRET": SECRET}
+    assert client_env == {**os.environ, "MY_SECRET": SECRET, "PLAIN": "p"}
 
 
 def test_a_log_that_cannot_be_written_is_one_error_and_the_runs_files_go(tmp_path):

@@ -154,10 +154,15 @@ def spec_for(workload: Workload, gpus: list[Gpu], opts: RunOptions, slot: int) -
     env.update(workload.env)
     if workload.sharded:
         env.update(shard_env(slot))
-    env.update({k: v for k, v in opts.env.items() if not is_secret(k)})
-    # By name, as the runner passes them: their values stay in the docker client's environment.
+    # By name, as the runner passes them: their values stay in the docker client's environment, never in an
+    # argv that `ps` shows to every user. Every --env value is one (a secret may sit under a plain name),
+    # but those the user made --public, which are printed anyway.
+    hidden = {k for k in opts.env if k not in opts.public}
+    env.update({k: v for k, v in opts.env.items() if k not in hidden})
+    for given in hidden:
+        env.pop(given, None)
     by_name = [n for n in PASS_BY_NAME if n not in env]
-    pass_env = (*by_name, *sorted(k for k in opts.env if is_secret(k) and k not in PASS_BY_NAME))
+    pass_env = (*by_name, *sorted(k for k in hidden if k not in PASS_BY_NAME))
     rdma_devices, caps = ctr.rdma_flags(opts.host_root)
     results = opts.results_dir.resolve()
     mounts = (
@@ -218,8 +223,8 @@ def redactor(opts: RunOptions) -> Redactor:
 
 
 def _client_env(opts: RunOptions) -> dict[str, str]:
-    """The docker client's environment: secrets given with --env reach containers by name from here."""
-    return {**os.environ, **{k: v for k, v in opts.env.items() if is_secret(k)}}
+    """The docker client's environment: the values given with --env reach containers by name from here."""
+    return {**os.environ, **{k: v for k, v in opts.env.items() if k not in opts.public}}
 
 
 class _Terminated(WorkloadError):
