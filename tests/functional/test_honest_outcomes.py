@@ -162,7 +162,8 @@ def test_dry_run_redacts_values_not_words(tree):
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "--network host" in out  # an --env value never changes another word of the command
-    assert "MYX=***" in out and "QUOTED=***" in out and "ACCENT=***" in out
+    for name in ("MYX", "QUOTED", "ACCENT"):  # in a container, a given value is passed by name from the client's env
+        assert f"--env {name} " in out or f"--env {name}\n" in out, out
     for leaked in (SECRET, "sécret", "s\\xe9cret", "it's"):
         assert leaked not in out
 
