@@ -390,7 +390,7 @@ def test_a_canary_and_terminal_escapes_reach_no_exit_raw(host, tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     calls = [json.loads(line) for line in record.read_text().splitlines()]
     exits = {"dry run": dry.stdout + dry.stderr, "run": done.stdout + done.stderr}
-    exits |= {f"posted {c['argv'][:2]}": (c.get("stdin") or "") + (c.get("sent") or "") for c in calls}
+    exits |= {f"posted {' '.join(c['argv'])}": (c.get("stdin") or "") + (c.get("sent") or "") for c in calls}
     exits |= {f"file {p.name}": p.read_text(errors="replace") for p in host["results"].rglob("*") if p.is_file()}
     assert any("fix" in text for text in exits.values())  # the test ids did reach some exit, escaped
     for name, text in exits.items():

@@ -156,7 +156,7 @@ def _given(words: list[str], no_container: bool) -> list[str]:
     (the value passed from the docker client's environment, never on its argv) for a container."""
     if no_container:
         return [w.removesuffix("=***") for w in words if w.startswith("MY") and w.endswith("=***")]
-    return [b for a, b in zip(words, words[1:]) if a == "--env" and b.startswith("MY") and "=" not in b]
+    return [b for a, b in zip(words, words[1:], strict=False) if a == "--env" and b.startswith("MY") and "=" not in b]
 
 
 def _strip_given(text: str) -> list[str]:

@@ -725,6 +725,20 @@ def test_progress_is_plain_lines_off_a_terminal_and_one_updating_line_on_it():
     assert narrow.getvalue() == "\r\x1b[K["  # never less than one character
 
 
+def test_a_build_line_reaches_the_terminal_redacted_and_escaped(monkeypatch):
+    """The build prints the checkout's RUN output: a secret of rocmci's environment, a terminal escape or a bidi
+    override in it is shown masked and as text, plain and live alike (tabs kept: they are layout)."""
+    monkeypatch.setenv("HF_TOKEN", "hf_buildLineCanary0123456789abcdefgh")
+    line = "#5 0.1 got hf_buildLineCanary0123456789abcdefgh\x1b]0;title\x07 \u202eexe.txt\tdone\r"
+    out = io.StringIO()
+    buildmod.Progress(False, out)(line, ProgressParser())
+    assert out.getvalue() == "#5 0.1 got ***\\e]0;title\\x07 \\u202eexe.txt\tdone\\r\n"
+    parser, live_out = ProgressParser(), io.StringIO()
+    parser.feed("#5 [s 1/2] RUN echo \x1b[2J\u202e")
+    buildmod.Progress(True, live_out, columns=80)("x", parser)
+    assert live_out.getvalue() == "\r\x1b[K[    0s] [s 1/2] RUN echo \\e[2J\\u202e"
+
+
 STANDIN = """#!/bin/sh
 # A stand-in docker client: records its arguments, answers `build` and `push` as told, else the real client.
 printf '%s\\n' "$*" >> {log}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -14,6 +15,8 @@ from rocmci.engine import Engine
 from rocmci.errors import BuildError, EngineError
 from rocmci.image import evidence
 from rocmci.image.plan import INPUT_HASH_LABEL, BuildPlan, BuildStep
+from rocmci.report import safe
+from rocmci.secrets import Redactor
 
 _STEP = re.compile(r"^#(\d+) (\[[^\]]+\] .*)$")
 _ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
@@ -80,16 +83,21 @@ class Progress:
         self.out = out
         self.started = time.monotonic()
         self.columns = columns
+        self.redact = Redactor(os.environ)  # once per build: a build prints a line per step and per layer
+
+    def shown(self, text: str) -> str:
+        """A line of the build (the checkout's RUN output, downloads) as it may reach a terminal or CI log."""
+        return safe(self.redact(text), limit=None, one_line=False)
 
     def __call__(self, line: str, parser: ProgressParser) -> None:
         if not self.live:
-            print(line, file=self.out, flush=True)
+            print(self.shown(line), file=self.out, flush=True)
             return
         elapsed = time.monotonic() - self.started
         # One column short of the width: a line that fills the last column wraps on most terminals, and
         # the next \r then rewrites only the wrapped half, leaving a stale line per update.
         columns = self.columns or shutil.get_terminal_size((80, 24)).columns
-        text = f"[{elapsed:5.0f}s] {parser.current or 'starting'}"
+        text = f"[{elapsed:5.0f}s] {self.shown(parser.current or 'starting')}"
         self.out.write(f"\r\033[K{text[: max(columns - 1, 1)]}")
         self.out.flush()
 

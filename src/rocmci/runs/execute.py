@@ -19,7 +19,7 @@ from rocmci.engine import Engine
 from rocmci.errors import EngineError, InputError, PreflightError, RocmciError, WorkloadError
 from rocmci.files import prepare_folder
 from rocmci.gpus import Gpu, detect_gpus, with_render_nodes
-from rocmci.report import plural
+from rocmci.report import plural, safe
 from rocmci.runs import container as ctr
 from rocmci.runs import images
 from rocmci.runs import results as res
@@ -321,7 +321,9 @@ def execute(
         try:
 
             def on_line(line: str) -> None:
-                clean = redact(line)
+                # The workload's own bytes: redacted, then escaped for a terminal (ESC, bidi, CR as text; tabs
+                # kept), in the log as on the screen. Not cut: the log is the whole record.
+                clean = safe(redact(line), limit=None, one_line=False)
                 with lock:
                     if not failed:
                         try:
