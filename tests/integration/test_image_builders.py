@@ -53,14 +53,15 @@ def test_the_registry_chain_pushes_each_tier_and_the_next_starts_from_it_there(e
     """tier_chain=registry on this engine's own builder (the one path of a container builder it can run)."""
     import uuid
 
-    from tests.integration.test_image_tiers import built
+    from tests.integration.helpers import remove_images
+    from tests.integration.test_image_tiers import built, case_label
+    from tests.integration.test_image_tiers import env as tier_env
 
     tree = tmp_path / "vllm"
     shutil.copytree(STANDIN, tree)
     repo = f"rocmci-test/chain-{uuid.uuid4().hex[:8]}"
     cache = f"{registry}/{repo}-cache"
-    env = {"CI": "true", "ROCMCI_IMAGE_REPO": repo, "ROCMCI_BUILD_NETWORK": "none", "ROCMCI_TIER_CHAIN": "registry",
-           "ROCMCI_IMAGE_CACHE_REGISTRY": cache}  # fmt: skip
+    env = tier_env(repo, ROCMCI_TIER_CHAIN="registry", ROCMCI_IMAGE_CACHE_REGISTRY=cache)  # this run's own labels
     try:
         dry = run_invoke("image.build", "--vllm-src", str(tree), "-n", env=env)
         assert dry.returncode == 0 and f"--tag {cache}:ci-base-" in " ".join(dry.stdout.split())
@@ -70,8 +71,5 @@ def test_the_registry_chain_pushes_each_tier_and_the_next_starts_from_it_there(e
         assert list(tiers) == ["ci_base", "test"] and tiers["ci_base"].startswith(f"{cache}:ci-base-")
         assert f"pushing {tiers['ci_base']}" in done.stderr and engine.registry_digest(tiers["ci_base"])
         assert engine.image_labels(tiers["test"])["rocmci.ci-base-image"] == tiers["ci_base"]
-    finally:
-        for name in (repo, cache):
-            tags = engine.cli("images", "--format", "{{.Repository}}:{{.Tag}}", name, check=False).stdout.split()
-            if tags:
-                engine.cli("rmi", *tags, check=False)
+    finally:  # every image of this test, tagged or left untagged by the chain, by its own label
+        assert remove_images(engine, case_label(repo)) == [], f"images labelled {case_label(repo)} are left"

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 from tests.conftest import REPO, run_invoke
-from tests.integration.test_image_tiers import scratch  # noqa: F401 - a copied stand-in, images removed after
+from tests.integration.test_image_tiers import env, scratch  # noqa: F401 - a copied stand-in, images removed after
 
 BUILT = re.compile(r"^built (\S+) \((\w+)\)", re.M)
 ROCMCI = [sys.executable, "-c", "import sys; from rocmci.cli.program import main; sys.argv[0] = 'rocmci'; main()"]
@@ -29,7 +29,7 @@ def test_built_tiers_carry_the_fix_and_make_the_workaround_obsolete(engine, pyth
     tree, repo = scratch
     path = tree / "docker" / "Dockerfile.rocm_base"
     path.write_text(path.read_text() + f'RUN echo "{FIX} backported" > /standin-fix\n')
-    settings = {"ROCMCI_IMAGE_REPO": repo, "ROCMCI_BUILD_NETWORK": "none", "CI": "true"}
+    settings = env(repo)  # this run's labels: a suite beside this one builds another image, never this one
     done = run_invoke("image.build", "--vllm-src", str(tree), "--target", "base", env=settings)
     assert done.returncode == 0, done.stderr[-3000:]
     base_tag = {target: tag for tag, target in BUILT.findall(done.stderr)}["base"]
