@@ -95,3 +95,29 @@ def test_a_git_that_never_answers_ends_in_one_line_within_the_bound(tmp_path, mo
     while alive() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert alive() == [], "git's transport outlived the bound"
+
+
+def test_a_step_that_bad_does_not_hold_is_refused_before_any_candidate(tmp_path):
+    """--bad is where the step failed, so the step is one of --bad's: a typo is exit 2 with did-you-mean, in a
+    dry run too, instead of a search whose every candidate is "skipped"."""
+    import subprocess
+
+    from tests.conftest import run_invoke
+
+    steps = tmp_path / "vllm" / ".buildkite" / "test-amd.yaml"
+    steps.parent.mkdir(parents=True)
+    steps.write_text("steps:\n- label: Kernels MoE\n  agent_pool: mi325_1\n  mirror_hardwares: [amdproduction]\n"
+                     "  commands: [pytest -q t.py]\n")  # fmt: skip
+    (steps.parents[1] / "setup.py").write_text("# vLLM's (a checkout has one)\n")
+    (steps.parents[1] / "docker").mkdir()
+    (steps.parents[1] / "docker" / "Dockerfile.rocm").write_text("FROM scratch\n")
+    git = ["git", "-C", str(steps.parents[1]), "-c", "user.email=t@t", "-c", "user.name=t",
+           "-c", "commit.gpgsign=false"]  # fmt: skip
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "good"], ["commit", "-qm", "bad", "--allow-empty"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    for extra in ((), ("-n",)):
+        done = run_invoke("run.bisect", "--step", "Kernels MoF", "--good", "HEAD~1", "--bad", "HEAD", *extra,
+                          cwd=steps.parents[1])  # fmt: skip
+        assert done.returncode == 2, done.stdout + done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith("rocmci: no step 'Kernels MoF' in --bad ") and "Kernels MoE" in line, line

@@ -620,7 +620,23 @@ def _bisect_range(flags):
     timeout = s.git_timeout
     good, bad = br.resolve(checkout, flags.good, "--good", timeout), br.resolve(checkout, flags.bad, "--bad", timeout)
     commits = br.candidates(checkout, good, bad, timeout)
+    _step_at_bad(checkout, bad, flags.step, s)
     return s, checkout, good, bad, commits, br.image_repo(checkout)
+
+
+def _step_at_bad(checkout: Path, bad: str, query: str, s) -> None:
+    """The step must be one of --bad's: that is where it failed. A name no commit of the range may hold (a typo)
+    would otherwise make every candidate "skipped" and answer nothing, dry run or not."""
+    from rocmci.errors import UsageError
+    from rocmci.pipeline import source as srcmod
+    from rocmci.runs import bisectrun as br
+
+    with br.scratch() as folder:
+        step_file = br.commit_tree(checkout, bad, folder / "tree", s.git_timeout) / ".buildkite" / "test-amd.yaml"
+        if not step_file.is_file():
+            raise UsageError(f"--bad {bad[:12]} has no .buildkite/test-amd.yaml",
+                             hint="give a --bad where the step failed")  # fmt: skip
+        find_step(srcmod.load_source(step_file, f"--bad {bad[:12]}:.buildkite/test-amd.yaml"), query, s)
 
 
 def bisect_fanout(flags):
