@@ -627,16 +627,24 @@ def _bisect_range(flags):
 def _step_at_bad(checkout: Path, bad: str, query: str, s) -> None:
     """The step must be one of --bad's: that is where it failed. A name no commit of the range may hold (a typo)
     would otherwise make every candidate "skipped" and answer nothing, dry run or not."""
+    from rocmci.runs import bisectrun as br
+
+    with br.scratch() as folder:
+        _step_at(checkout, bad, query, s, folder, shown=f"--bad {bad[:12]}")
+
+
+def _step_at(checkout: Path, commit: str, query: str, s, folder: Path, *, shown: str | None = None):
+    """The generated step `query` names in `commit`'s own step file (its .buildkite, written below `folder`).
+    UsageError when that commit has no step file or no such step."""
     from rocmci.errors import UsageError
     from rocmci.pipeline import source as srcmod
     from rocmci.runs import bisectrun as br
 
-    with br.scratch() as folder:
-        step_file = br.commit_tree(checkout, bad, folder / "tree", s.git_timeout) / ".buildkite" / "test-amd.yaml"
-        if not step_file.is_file():
-            raise UsageError(f"--bad {bad[:12]} has no .buildkite/test-amd.yaml",
-                             hint="give a --bad where the step failed")  # fmt: skip
-        find_step(srcmod.load_source(step_file, f"--bad {bad[:12]}:.buildkite/test-amd.yaml"), query, s)
+    shown = shown or commit[:12]
+    step_file = br.commit_tree(checkout, commit, folder / "tree", s.git_timeout) / ".buildkite" / "test-amd.yaml"
+    if not step_file.is_file():
+        raise UsageError(f"no .buildkite/test-amd.yaml at {shown}", hint="give commits whose CI ran the step")
+    return find_step(srcmod.load_source(step_file, f"{shown}:.buildkite/test-amd.yaml"), query, s)
 
 
 def bisect_fanout(flags):
@@ -644,7 +652,6 @@ def bisect_fanout(flags):
     the registry, each the commit's own generated step as run.step derives its job (runs/fanout.py)."""
     from rocmci.engine import Engine
     from rocmci.errors import InputError, UsageError
-    from rocmci.pipeline import source as srcmod
     from rocmci.report import safe
     from rocmci.runs import bisectrun as br
     from rocmci.runs import fanout
@@ -667,13 +674,8 @@ def bisect_fanout(flags):
             why = f"no image {tag} in the registry"
         else:
             with br.scratch() as folder:
-                tree = br.commit_tree(checkout, commit, folder / "tree", s.git_timeout)
-                step_file = tree / ".buildkite" / "test-amd.yaml"
                 try:
-                    if not step_file.is_file():
-                        raise UsageError("no .buildkite/test-amd.yaml at this commit")
-                    src = srcmod.load_source(step_file, f"{commit[:12]}:.buildkite/test-amd.yaml")
-                    chosen = find_step(src, flags.step, s)
+                    chosen = _step_at(checkout, commit, flags.step, s, folder)
                     if not chosen.through_runner:
                         raise UsageError(f"step {chosen.label!r} runs on the agent itself (no_plugin), not in an image")
                     data = chosen.data
