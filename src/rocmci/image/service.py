@@ -91,7 +91,9 @@ def build(flags) -> int:
     )  # fmt: skip
     if deepep:
         archmod.require_deepep_support(archs)
-    co, req, findings = requests.run_check(s, flags.target)
+    # The check follows the build as it will run: a --build-arg that the rocSHMEM or DeepEP lines read is seen.
+    extra_args = requests.extra_build_args(co.dockerfile, flags.build_arg)
+    co, req, findings = requests.run_check(s, flags.target, extra_args)
     if deepep:
         refused = requests.refusal(co, req, findings)
         if refused:
@@ -100,7 +102,6 @@ def build(flags) -> int:
             raise refused
         for f in findings:  # warnings only: steps the check could not follow; the DeepEP check decides
             eprint(f.text())
-    extra_args = requests.extra_build_args(co.dockerfile, flags.build_arg)
     engine = Engine(s.docker, s.engine_timeout)
     notes: list[str] = []
     preflight: list[str] = []  # a dry run's "# preflight:" lines: what would stop the build, or was not checked
