@@ -6,6 +6,7 @@ into the test's own tree): its hash decides the tag `<ci_base_tag>-<vllm.ci_base
 
 from __future__ import annotations
 
+import re
 import shutil
 import uuid
 
@@ -102,3 +103,61 @@ def test_a_ci_base_published_under_its_content_hash_is_reused_and_a_moved_tag_is
     assert moved.returncode == 0, moved.stderr[-3000:]
     assert list(built(moved.stderr)) == ["test"] and "is up to date" not in moved.stderr
     assert read(engine, test_tag, "cat", "/ci-base-marker") == "moved"
+
+
+def test_an_arch_change_retargets_the_ci_base_published_for_cis_arch_list(engine, python_image, tree, images, registry):
+    """CI publishes its ci_base for its own list (the Dockerfile's DEEPEP_ROCM_ARCH default); --arch gfx950 builds
+    only rocSHMEM and DeepEP on it (the retarget overlay), then test: no ci_base build."""
+    repo = f"rocmci-test/ciarch-{uuid.uuid4().hex[:8]}"
+    stable = f"{registry}/{repo}:ci_base"
+    base = f"{registry}/{repo}/base:1"
+    images += [repo, stable.rsplit(":", 1)[0], base.rsplit(":", 1)[0]]
+    make_image(engine, repo, base, f"FROM {python_image}\nLABEL rocmci.test={repo}\n")
+    engine.cli("push", base, timeout=120)
+    settings = env(repo, ROCMCI_CI_BASE_TAG=stable, ROCMCI_BASE_IMAGE=base)
+
+    # CI's ci_base: built for the default list, published under its content hash, then gone from this engine.
+    own = run_invoke("image.build", "--vllm-src", str(tree), "--target", "ci_base", env=settings)
+    assert own.returncode == 0, own.stderr[-3000:]
+    own_tag = built(own.stderr)["ci_base"]
+    published = f"{stable}-{engine.image_labels(own_tag)['vllm.ci_base.content_hash']}"
+    images.append(published)
+    engine.cli("tag", own_tag, published)
+    engine.cli("push", published, timeout=120)
+    engine.cli("rmi", published, own_tag)
+
+    argv = ("image.build", "--vllm-src", str(tree), "--arch", "gfx950")
+    dry = run_invoke(*argv, "-n", env=settings)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "--file " + str(REPO / "src" / "rocmci" / "data" / "docker" / "Dockerfile.retarget") in dry.stdout
+    assert f"FROM_IMAGE={published}@sha256:" in dry.stdout and "DEEPEP_ROCM_ARCH=gfx950" in dry.stdout
+    assert "--target ci_base" not in dry.stdout
+    assert (f"vLLM CI's ci_base for CI's arch list gfx942;gfx950 is reused ({published}); only rocSHMEM and "
+            "DeepEP are rebuilt for gfx950") in dry.stderr  # fmt: skip
+
+    first = run_invoke(*argv, env=settings)
+    assert first.returncode == 0, first.stderr[-3000:]
+    tags = built(first.stderr)
+    assert list(tags) == ["retarget", "test"]  # no ci_base: NIXL, UCX and the rest come from CI's
+    assert f"pulling vLLM CI's ci_base {published}" in first.stderr
+    retargeted, test_tag = tags["retarget"], tags["test"]
+    assert f"verified {retargeted}: deep_ep imports; code objects for gfx950" in first.stderr
+    rt_labels = engine.image_labels(retargeted)
+    assert rt_labels["rocmci.arch"] == "gfx950"
+    assert rt_labels["rocmci.retarget.from"].startswith(f"{published}@sha256:")
+    test_labels = engine.image_labels(test_tag)
+    assert test_labels["rocmci.ci-base-image"] == retargeted
+    assert test_labels["rocmci.arch"] == "gfx950"
+    assert test_labels["rocmci.evidence.deepep-arch"] == "gfx950"  # the test image's own code objects, read
+    assert read(engine, test_tag, "python3", "/opt/rocmci/verify_deepep.py", "--expect", "gfx950").startswith("{")
+
+    again = run_invoke(*argv, env=settings)
+    assert again.returncode == 0 and not built(again.stderr), again.stderr[-3000:]
+    assert f"verified {retargeted}" in again.stderr  # verified even when the retarget is up to date
+
+    # No published ci_base under either hash: ci_base is built, and the note names both tags looked for.
+    other = run_invoke(*argv, "-n", env={**settings, "ROCMCI_CI_BASE_TAG": f"{registry}/{repo}:none"})
+    assert other.returncode == 0, other.stderr[-3000:]
+    assert "--target ci_base" in other.stdout and "Dockerfile.retarget" not in other.stdout
+    looked = re.search(r"note: no (\S+) or (\S+) in its registry or on this engine: ci_base is built", other.stderr)
+    assert looked and looked.group(2) == f"{registry}/{repo}:none-{published.rsplit('-', 1)[1]}", other.stderr

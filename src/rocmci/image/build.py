@@ -208,13 +208,25 @@ def record_evidence(tag: str, archs: str, engine: Engine) -> None:
                          hint="rerun with --force")  # fmt: skip
 
 
+def verify_retarget(step: BuildStep, engine: Engine) -> list[str]:
+    """A retarget step's result (built or reused): deep_ep imports and its code objects are the list it was built
+    for, by the verifier the overlay copied in (image.retarget and image.build's retarget tier alike)."""
+    from rocmci.image import retarget
+
+    done = engine.cli(*retarget.verify_argv(engine.client, step)[1:], timeout=600, check=False)
+    return list(retarget.check_verification(done.stdout, done.returncode, step.tag)["found"])
+
+
 def build(plan: BuildPlan, engine: Engine, *, live: bool, log: Callable[[str], None]) -> list[BuildResult]:
-    """Each step in order (ci_base, then test): a step whose image is current is not rebuilt."""
+    """Each step in order (ci_base or a retarget, then test): a step whose image is current is not rebuilt."""
     results = []
     for step in plan.steps:
         result = build_step(step, engine, live=live, log=log)
         if result.built:
             log(f"built {result.tag} ({step.target}) in {result.seconds:.0f}s: {result.ran} steps ran, "
                 f"{result.cached} cached")
+        if step.target == "retarget":  # before the next tier starts FROM it
+            found = verify_retarget(step, engine)
+            log(f"verified {step.tag}: deep_ep imports; code objects for {';'.join(found)}")
         results.append(result)
     return results

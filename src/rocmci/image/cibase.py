@@ -63,6 +63,16 @@ def environment(build_args: dict[str, str]) -> dict[str, str]:
     return env
 
 
+# Build args rocmci passes that vLLM's CI does not: nothing in .buildkite or docker/*.hcl sets DEEPEP_ROCM_ARCH, so
+# CI's hash has the Dockerfile's own default for it (the script's resolve_dockerfile_arg_value falls back to it).
+NOT_PASSED_BY_CI = ("DEEPEP_ROCM_ARCH",)
+
+
+def as_ci_passes(build_args: dict[str, str]) -> dict[str, str]:
+    """The ci_base build args as vLLM's CI would hash them: rocmci's DeepEP arch override left out."""
+    return {name: value for name, value in build_args.items() if name not in NOT_PASSED_BY_CI}
+
+
 def compute(checkout: Path, build_args: dict[str, str], base_digest: str | None, stable: str) -> CiBase | None:
     """The hash and labels by the checkout's script (`stable`: its CI_BASE_IMAGE_TAG, which names the tags in
     the labels, not the hash); None when the checkout has no ci-bake-rocm.sh."""

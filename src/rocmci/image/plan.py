@@ -56,6 +56,9 @@ class BuildRequest:
     ci_base_labels: dict[str, str] | None = None
     ci_base_reused: str | None = None  # why the ci_base is not built: vLLM CI's ci_base under the same content hash
     ci_base_meta: dict[str, str] = field(default_factory=dict)  # vllm.ci_base.* / vllm.rocm.* labels, as the bake
+    # vLLM CI's published ci_base for CI's arch list, rebuilt for the requested one by image/retarget.py's overlay
+    # (rocSHMEM and DeepEP only): planned there (pure), found by the service; `test` is built on its result.
+    retarget: BuildStep | None = None
     chain: Chain | None = None  # how a tier reaches the next one's FROM (None: the local image store)
     # Fixes (owner/repo#N) an instruction of the checkout's Dockerfile.rocm_base applies, among those the
     # workaround registry names: recorded on every tier built from the checkout, as evidence for the registry.
@@ -421,7 +424,9 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
             only = BuildStep(**{**only.__dict__, "labels": {**request.ci_base_meta, **only.labels}})
         steps.append(only)
         return BuildPlan(tuple(steps), tuple(notes), tuple(notices))
-    if request.ci_base_image:
+    if request.retarget is not None:
+        base_ref, ci_identity, inherited = _on_retarget(request, labels, listing, steps, notices)
+    elif request.ci_base_image:
         base_ref = request.ci_base_image
         ci_identity = f"given:{request.ci_base_digest or request.ci_base_image}"
         if request.ci_base_reused:
@@ -451,3 +456,25 @@ def plan_build(request: BuildRequest, digest: Digest = context.digest) -> BuildP
                 inherited=inherited)  # fmt: skip
     steps.append(BuildStep(**{**test.__dict__, "labels": {**test.labels, label.CI_BASE_IMAGE: base_ref}}))
     return BuildPlan(tuple(steps), tuple(notes), tuple(notices))
+
+
+def _on_retarget(
+    request: BuildRequest, labels: dict[str, str], listing: str, steps: list[BuildStep], notices: list[str]
+) -> tuple[str, str, DeepEPCheck]:
+    """The retarget step before `test`: what test starts FROM, the identity it is keyed on, the check it inherits.
+
+    Test is keyed on the retarget's input hash (which holds the published ci_base's identity and the arch list),
+    and labelled from what the retargeted image holds: the retarget's own labels over the published ones.
+    """
+    from dataclasses import replace
+
+    assert request.retarget is not None
+    rt = replace(request.retarget, labels={**request.retarget.labels, **request.extra_labels}, load=request.load)
+    rt, base_ref, _ = chained(rt, request.chain, "retarget")  # the service plans it only on store/registry chains
+    steps.append(rt)
+    notices.append(f"test is built on {rt.tag}: {request.ci_base_reused}; ci_base is not built")
+    for key, _ in label.HELD:
+        labels.pop(key, None)
+    labels.update(label.held({**(request.ci_base_labels or {}), **rt.labels}))
+    fix = f"rebuild the retarget with --force, or look at {rt.dockerfile.name}'s rocSHMEM and DeepEP lines"
+    return base_ref, f"retarget:{rt.input_hash}", DeepEPCheck(listing, f"rocmci's retarget overlay, in {rt.tag}", fix)

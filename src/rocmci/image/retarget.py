@@ -56,8 +56,13 @@ class RetargetPlan:
     notes: tuple[str, ...] = ()
 
     def verify_argv(self, client: str) -> list[str]:
-        expect = self.step.build_args["DEEPEP_ROCM_ARCH"]
-        return [client, "run", "--rm", "--network", "none", self.step.tag, "python3", VERIFY, "--expect", expect]
+        return verify_argv(client, self.step)
+
+
+def verify_argv(client: str, step: BuildStep) -> list[str]:
+    """The verifier the overlay copied in, run inside a retarget step's result against the list it was built for."""
+    expect = step.build_args["DEEPEP_ROCM_ARCH"]
+    return [client, "run", "--rm", "--network", "none", step.tag, "python3", VERIFY, "--expect", expect]
 
 
 def plan_retarget(request: RetargetRequest, overlay_text: str) -> RetargetPlan:

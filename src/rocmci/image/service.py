@@ -65,11 +65,13 @@ def build(flags) -> int:
     from dataclasses import replace
 
     from rocmci import arch as archmod
+    from rocmci import packaged
     from rocmci.engine import Engine
     from rocmci.errors import EngineError, UsageError
     from rocmci.image import check as checkmod
     from rocmci.image import evidence, requests
     from rocmci.image import plan as planmod
+    from rocmci.image import retarget as retargetmod
 
     s = _settings(
         flags, vllm_arch=flags.vllm_arch, deepep_ref=flags.deepep_ref, rocshmem_ref=flags.rocshmem_ref,
@@ -89,7 +91,9 @@ def build(flags) -> int:
     )  # fmt: skip
     if deepep:
         archmod.require_deepep_support(archs)
-    co, req, findings = requests.run_check(s, flags.target)
+    # The check follows the build as it will run: a --build-arg that the rocSHMEM or DeepEP lines read is seen.
+    extra_args = requests.extra_build_args(co.dockerfile, flags.build_arg)
+    co, req, findings = requests.run_check(s, flags.target, extra_args)
     if deepep:
         refused = requests.refusal(co, req, findings)
         if refused:
@@ -98,7 +102,6 @@ def build(flags) -> int:
             raise refused
         for f in findings:  # warnings only: steps the check could not follow; the DeepEP check decides
             eprint(f.text())
-    extra_args = requests.extra_build_args(co.dockerfile, flags.build_arg)
     engine = Engine(s.docker, s.engine_timeout)
     notes: list[str] = []
     preflight: list[str] = []  # a dry run's "# preflight:" lines: what would stop the build, or was not checked
@@ -168,6 +171,9 @@ def build(flags) -> int:
         for step in plan.steps:
             note = f"{step.target}: skipped when {step.tag} carries {label.INPUT_HASH}={step.input_hash}"
             commands.append((note, ["env", "DOCKER_BUILDKIT=1", *step.argv(client)]))
+            if step.target == "retarget":
+                commands.append((f"then, inside {step.tag}, the verifier (copied from {packaged.VERIFIER}):",
+                                 retargetmod.verify_argv(client, step)))  # fmt: skip
             if step.deepep_check is not None:
                 commands.append((evidence.comment(step.tag, step.deepep_check),
                                  evidence.argv(client, step.tag, step.deepep_check)))  # fmt: skip
@@ -229,7 +235,8 @@ def _digest(engine, ref: str, from_registry: bool) -> str | None:
 
 def _ci_base_reuse(s, co, engine, request, ci_step, facts, reachable: bool, flags, notes: list[str]):
     """vLLM CI's ci_base under this build's content hash (ci-bake-rocm.sh's own hash): built on when the registry
-    or this engine holds it, else rocmci's own ci_base carries the labels the bake writes."""
+    or this engine holds it; else, for another DeepEP arch list than CI's, CI's own ci_base retargeted (rocSHMEM
+    and DeepEP rebuilt); else rocmci's own ci_base is built, carrying the labels the bake writes."""
     from dataclasses import replace
 
     from rocmci.image import cibase
@@ -239,7 +246,8 @@ def _ci_base_reuse(s, co, engine, request, ci_step, facts, reachable: bool, flag
         notes.append("vLLM CI's ci_base content hash needs BASE_IMAGE's digest: not computed, so no published "
                      "ci_base is looked for")  # fmt: skip
         return request
-    found = cibase.compute(co.path, ci_step.build_args, facts.digest if facts else None, s.ci_base_tag)
+    base_digest = facts.digest if facts else None
+    found = cibase.compute(co.path, ci_step.build_args, base_digest, s.ci_base_tag)
     if found is None:
         notes.append(f"the checkout has no {cibase.SCRIPT}: vLLM CI's ci_base content hash is not computed, so "
                      "no published ci_base is looked for")  # fmt: skip
@@ -250,6 +258,26 @@ def _ci_base_reuse(s, co, engine, request, ci_step, facts, reachable: bool, flag
             notes.append(f"vLLM CI's ci_base for these inputs is {tag}: the engine is not reachable, so whether it "
                          "exists was not checked")  # fmt: skip
         return replace(request, ci_base_meta=found.labels)
+    hit = _published(engine, tag, found.content_hash, flags, notes)
+    if hit is not None:
+        labels, digest, _ = hit
+        why = f"vLLM CI's ci_base with the same {cibase.HASH_LABEL} {found.content_hash[:16]}"
+        return replace(request, ci_base_image=tag, ci_base_digest=digest, ci_base_labels=labels, ci_base_reused=why)
+    looked = [tag]
+    retargeted = _ci_arch_reuse(s, co, engine, request, ci_step, base_digest, flags, notes, looked)
+    if retargeted is not None:
+        return retargeted
+    notes.append(f"no {' or '.join(looked)} in its registry or on this engine: ci_base is built (labelled as the "
+                 "bake labels it)")  # fmt: skip
+    return replace(request, ci_base_meta=found.labels)
+
+
+def _published(engine, tag: str, content_hash: str, flags, notes: list[str]):
+    """vLLM CI's ci_base `tag` when the registry or this engine holds it and its content-hash label matches:
+    (labels, the digest a build is keyed on, whether that digest is a registry digest), else None. With --pull
+    (or no local copy) a registry's copy is pulled first; a dry run takes the label from the tag that names it."""
+    from rocmci.image import cibase
+
     in_registry = engine.registry_digest(tag)
     labels = engine.image_labels(tag)
     if in_registry and (flags.pull or labels is None):
@@ -257,19 +285,62 @@ def _ci_base_reuse(s, co, engine, request, ci_step, facts, reachable: bool, flag
         if not flags.dry_run:
             labels = engine.image_labels(tag)
     if labels is None and in_registry and flags.dry_run:
-        labels = {cibase.HASH_LABEL: found.content_hash}  # its tag names the hash; the real run reads the label
-    if labels is None or labels.get(cibase.HASH_LABEL) != found.content_hash:
-        if labels is not None:
-            notes.append(f"{tag} is here but its {cibase.HASH_LABEL} is {labels.get(cibase.HASH_LABEL) or 'absent'}"
-                         ": not reused")  # fmt: skip
-        else:
-            notes.append(f"no {tag} in its registry or on this engine: ci_base is built (labelled as the bake "
-                         "labels it)")  # fmt: skip
-        return replace(request, ci_base_meta=found.labels)
+        labels = {cibase.HASH_LABEL: content_hash}  # its tag names the hash; the real run reads the label
+    if labels is None:
+        return None
+    if labels.get(cibase.HASH_LABEL) != content_hash:
+        notes.append(f"{tag} is here but its {cibase.HASH_LABEL} is {labels.get(cibase.HASH_LABEL) or 'absent'}: "
+                     "not reused")  # fmt: skip
+        return None
     # Keyed on what the build starts from: the local copy (pulled first with --pull), the registry's in a dry run.
-    digest = engine.image_digest(tag) or in_registry
-    why = f"vLLM CI's ci_base with the same {cibase.HASH_LABEL} {found.content_hash[:16]}"
-    return replace(request, ci_base_image=tag, ci_base_digest=digest, ci_base_labels=labels, ci_base_reused=why)
+    attrs = engine.image_attrs(tag)
+    local = engine.image_digest(tag) if attrs else None
+    digest = local or in_registry
+    return labels, digest, bool(digest) and digest != (attrs or {}).get("Id")
+
+
+def _ci_arch_reuse(s, co, engine, request, ci_step, base_digest, flags, notes: list[str], looked: list[str]):
+    """For a DeepEP arch list other than CI's: the ci_base CI publishes for its own list (the build args without
+    rocmci's DEEPEP_ROCM_ARCH, which CI never passes: the script resolves the Dockerfile's default), planned as a
+    retarget FROM it pinned by digest. None when the lists agree, CI's is not published, or it cannot be used."""
+    from dataclasses import replace
+
+    from rocmci import arch as archmod
+    from rocmci.errors import UsageError
+    from rocmci.image import base, cibase, requests
+    from rocmci.image import plan as planmod
+    from rocmci.image import retarget as retargetmod
+
+    ci = cibase.compute(co.path, cibase.as_ci_passes(ci_step.build_args), base_digest, s.ci_base_tag)
+    ci_list = ci.labels.get(label.VLLM_DEEPEP_ARCH, "") if ci else ""
+    if not ci_list or set(filter(None, re.split(r"[;,\s]+", ci_list))) == set(request.archs):
+        return None
+    listing, tag = archmod.canonical(request.archs), ci.tag(s.ci_base_tag)
+    looked.append(tag)
+    if request.chain is not None and request.chain.kind == planmod.CONTEXT:
+        notes.append(f"vLLM CI's ci_base for CI's arch list {ci_list} is not looked for ({tag}): a retarget "
+                     "is not chained through OCI layouts; set image_cache_registry")  # fmt: skip
+        return None
+    hit = _published(engine, tag, ci.content_hash, flags, notes)
+    if hit is None:
+        return None
+    labels, digest, pinnable = hit
+    attrs = engine.image_attrs(tag)  # None in a dry run that did not pull: the checkout's pins are shown
+    config = (attrs or {}).get("Config") or {}
+    try:
+        rreq = requests.retarget_request(
+            s, co, from_image=base.pinned(tag, digest, pinnable), from_identity=str((attrs or {}).get("Id") or digest),
+            tag=f"{s.image_repo}:ci-base-retarget-{archmod.slug(request.archs)}", force=request.force,
+            from_labels=labels if attrs else None, from_workdir=config.get("WorkingDir") or "/",
+        )  # fmt: skip
+    except UsageError as exc:
+        notes.append(f"vLLM CI's ci_base {tag} is not retargeted ({exc.one_line()})")
+        return None
+    step = retargetmod.plan_retarget(rreq, retargetmod.overlay_text()).step
+    notes.extend(rreq.notes)
+    why = (f"vLLM CI's ci_base for CI's arch list {ci_list} is reused ({tag}); only rocSHMEM and DeepEP are "
+           f"rebuilt for {listing}")  # fmt: skip
+    return replace(request, retarget=step, ci_base_labels=labels, ci_base_digest=digest, ci_base_reused=why)
 
 
 def _require_features(engine, df, notes: list[str]) -> None:
@@ -298,7 +369,7 @@ def retarget(flags) -> int:
     from rocmci.errors import EngineError, UsageError
     from rocmci.image import requests
     from rocmci.image import retarget as retargetmod
-    from rocmci.image.build import build_step
+    from rocmci.image.build import build_step, verify_retarget
 
     if not flags.from_:
         raise UsageError("image.retarget needs --from IMAGE", hint="name a vLLM ROCm image, e.g. rocm/vllm-ci:<commit>")
@@ -336,10 +407,9 @@ def retarget(flags) -> int:
         eprint(f"dry run: image {plan.step.tag}; nothing was built")
         return 0
     result = build_step(plan.step, engine, live=_live(), log=eprint)
-    done = engine.cli(*plan.verify_argv(engine.client)[1:], timeout=600, check=False)
-    verified = retargetmod.check_verification(done.stdout, done.returncode, plan.step.tag)
+    found = verify_retarget(plan.step, engine)
     action = "built" if result.built else "reused"
-    eprint(f"{action} {plan.step.tag}: deep_ep imports; code objects for {';'.join(verified['found'])}")
+    eprint(f"{action} {plan.step.tag}: deep_ep imports; code objects for {';'.join(found)}")
     return 0
 
 
