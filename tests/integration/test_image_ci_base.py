@@ -143,7 +143,8 @@ def test_an_arch_change_retargets_the_ci_base_published_for_cis_arch_list(engine
     retargeted, test_tag = tags["retarget"], tags["test"]
     assert f"verified {retargeted}: deep_ep imports; code objects for gfx950" in first.stderr
     rt_labels = engine.image_labels(retargeted)
-    assert rt_labels["rocmci.arch"] == "gfx950"
+    assert rt_labels["rocmci.arch"] == rt_labels["vllm.rocm.deepep_rocm_arch"] == "gfx950"  # no label says CI's
+    assert rt_labels["vllm.ci_base.content_hash"] == ""  # not CI's ci_base any more
     assert rt_labels["rocmci.retarget.from"].startswith(f"{published}@sha256:")
     test_labels = engine.image_labels(test_tag)
     assert test_labels["rocmci.ci-base-image"] == retargeted

@@ -47,6 +47,8 @@ def test_the_retarget_replaces_ci_base_and_test_starts_from_it(tree):
     assert (rt.target, test.target) == ("retarget", "test")  # no ci_base step: nothing of NIXL, UCX, ...
     assert rt.dockerfile == retarget.OVERLAY and rt.build_args["FROM_IMAGE"] == f"{PUBLISHED}@{DIGEST}"
     assert rt.build_args["DEEPEP_ROCM_ARCH"] == "gfx950" and rt.labels["run"] == "1"
+    # What it inherits from CI's ci_base, made true: vLLM's DeepEP label, and no claim to be CI's ci_base.
+    assert rt.labels["vllm.rocm.deepep_rocm_arch"] == "gfx950" and rt.labels[cibase.HASH_LABEL] == ""
     assert test.build_args["CI_BASE_IMAGE"] == rt.tag and test.labels["rocmci.ci-base-image"] == rt.tag
     # Labelled from what the retargeted image holds: its list, not CI's; its pins over the published labels.
     assert test.labels["rocmci.arch"] == "gfx950" and test.labels["rocmci.deepep.ref"] == "a9ea9774"

@@ -912,6 +912,7 @@ def test_retarget_plans_one_overlay_build_with_vllms_pins_and_a_documented_key()
         label.DEEPEP_NIC: "cx7", label.DEEPEP_FLAGS: "--rocm-explicit-ctx --rocm-gfx942-fp8-fnuz-max 224",
         label.ROCSHMEM_REPO: "https://github.com/ROCm/rocm-systems.git", label.ROCSHMEM_REF: "b1",
         label.TARGET: "retarget", INPUT_HASH_LABEL: step.input_hash,
+        label.VLLM_DEEPEP_ARCH: "gfx950;gfx942", "vllm.ci_base.content_hash": "",
     }  # fmt: skip
     assert (step.target, step.tag, step.dockerfile, step.context) == (
         "retarget", "rocmci/vllm-rocm:retarget-gfx950-gfx942", retarget.OVERLAY, retarget.OVERLAY_DIR

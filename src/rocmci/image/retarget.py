@@ -14,6 +14,7 @@ from rocmci import arch as archmod
 from rocmci import labels as label
 from rocmci import packaged, verify
 from rocmci.errors import BuildError, InputError
+from rocmci.image.cibase import HASH_LABEL as CI_BASE_HASH_LABEL
 from rocmci.image.plan import INPUT_HASH_LABEL, BuildStep
 
 OVERLAY_DIR = packaged.DOCKER
@@ -91,6 +92,10 @@ def plan_retarget(request: RetargetRequest, overlay_text: str) -> RetargetPlan:
         label.ROCSHMEM_REF: request.pins.get("ROCSHMEM_BRANCH", ""),
         label.TARGET: "retarget",
         INPUT_HASH_LABEL: digest,
+        # What the image inherits from a CI image, made true: vLLM's own DeepEP label names the list it now
+        # holds, and it is no longer the ci_base of any content hash (so no lookup takes it for CI's).
+        label.VLLM_DEEPEP_ARCH: listing,
+        CI_BASE_HASH_LABEL: "",
     }
     step = BuildStep(
         target="retarget",
