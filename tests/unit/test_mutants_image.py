@@ -788,6 +788,21 @@ def image_step(tmp_path, busybox_image):
 
 
 @pytest.mark.docker
+def test_a_retarget_whose_code_objects_fail_is_never_pushed_built_or_up_to_date(engine, image_step, tmp_path):
+    """The retarget's verifier runs inside its result before any push (a registry chain pushes every tier): a
+    result it refuses (here busybox: no python3, no deep_ep) stays on this engine, built now or up to date."""
+    from rocmci.errors import BuildError
+
+    client, log = standin_engine(tmp_path)
+    step = image_step(target="retarget", push=True, build_args={"DEEPEP_ROCM_ARCH": "gfx950"})
+    for _ in ("built", "up to date"):
+        with pytest.raises(BuildError, match="verif|deep_ep|DeepEP"):
+            buildmod.build_step(step, client, live=False, log=lambda line: None)
+    assert [c for c in calls(log) if c.startswith("push")] == []
+    assert any(c.startswith("run --rm --network none " + step.tag) for c in calls(log))
+
+
+@pytest.mark.docker
 def test_a_build_step_on_the_engine_builds_pushes_and_reuses(engine, image_step, tmp_path):
     """build(): each step built and logged with its counts, pushed when asked;
     a current image is not built again and not logged as built."""

@@ -113,6 +113,7 @@ class BuildResult:
     seconds: float
     ran: int = 0
     cached: int = 0
+    verified: tuple[str, ...] = ()  # a retarget's DeepEP code objects, read inside it before any push
 
 
 def is_current(step: BuildStep, engine: Engine) -> bool:
@@ -124,9 +125,10 @@ def build_step(step: BuildStep, engine: Engine, *, live: bool, log: Callable[[st
     started = time.monotonic()
     if not step.force and is_current(step, engine):
         log(f"{step.tag} is up to date ({INPUT_HASH_LABEL} {step.input_hash}); nothing to build (--force rebuilds)")
+        found = _verified(step, engine)  # up to date is a label: the code objects are read all the same
         if step.push:  # up to date here says nothing of the registry: a push that failed last time is retried
             push(step, engine, log, log)
-        return BuildResult(step.tag, False, time.monotonic() - started)
+        return BuildResult(step.tag, False, time.monotonic() - started, verified=found)
     parser = ProgressParser()
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     progress = Progress(live)
@@ -160,10 +162,11 @@ def build_step(step: BuildStep, engine: Engine, *, live: bool, log: Callable[[st
         )
     if step.deepep_check is not None:  # before any push: nothing that fails it leaves this engine
         check_deepep(step, engine, log)
+    found = _verified(step, engine)  # the same for a retarget's own verifier
     if step.push:
         push(step, engine, log, lambda line: progress(line, parser))
     ran, cached = parser.counts()
-    return BuildResult(step.tag, True, time.monotonic() - started, ran, cached)
+    return BuildResult(step.tag, True, time.monotonic() - started, ran, cached, verified=found)
 
 
 def push(step: BuildStep, engine: Engine, log: Callable[[str], None], on_line: Callable[[str], None]) -> None:
@@ -208,13 +211,16 @@ def record_evidence(tag: str, archs: str, engine: Engine) -> None:
                          hint="rerun with --force")  # fmt: skip
 
 
-def verify_retarget(step: BuildStep, engine: Engine) -> list[str]:
+def _verified(step: BuildStep, engine: Engine) -> tuple[str, ...]:
     """A retarget step's result (built or reused): deep_ep imports and its code objects are the list it was built
-    for, by the verifier the overlay copied in (image.retarget and image.build's retarget tier alike)."""
+    for, by the verifier the overlay copied in (image.retarget and image.build's retarget tier alike); () for
+    another tier. A mismatch is a BuildError, raised before the image is pushed."""
+    if step.target != "retarget":
+        return ()
     from rocmci.image import retarget
 
     done = engine.cli(*retarget.verify_argv(engine.client, step)[1:], timeout=600, check=False)
-    return list(retarget.check_verification(done.stdout, done.returncode, step.tag)["found"])
+    return tuple(retarget.check_verification(done.stdout, done.returncode, step.tag)["found"])
 
 
 def build(plan: BuildPlan, engine: Engine, *, live: bool, log: Callable[[str], None]) -> list[BuildResult]:
@@ -225,8 +231,7 @@ def build(plan: BuildPlan, engine: Engine, *, live: bool, log: Callable[[str], N
         if result.built:
             log(f"built {result.tag} ({step.target}) in {result.seconds:.0f}s: {result.ran} steps ran, "
                 f"{result.cached} cached")
-        if step.target == "retarget":  # before the next tier starts FROM it
-            found = verify_retarget(step, engine)
-            log(f"verified {step.tag}: deep_ep imports; code objects for {';'.join(found)}")
+        if result.verified:  # a retarget, checked before the next tier starts FROM it
+            log(f"verified {step.tag}: deep_ep imports; code objects for {';'.join(result.verified)}")
         results.append(result)
     return results

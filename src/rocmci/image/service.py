@@ -369,7 +369,7 @@ def retarget(flags) -> int:
     from rocmci.errors import EngineError, UsageError
     from rocmci.image import requests
     from rocmci.image import retarget as retargetmod
-    from rocmci.image.build import build_step, verify_retarget
+    from rocmci.image.build import build_step
 
     if not flags.from_:
         raise UsageError("image.retarget needs --from IMAGE", hint="name a vLLM ROCm image, e.g. rocm/vllm-ci:<commit>")
@@ -407,9 +407,8 @@ def retarget(flags) -> int:
         eprint(f"dry run: image {plan.step.tag}; nothing was built")
         return 0
     result = build_step(plan.step, engine, live=_live(), log=eprint)
-    found = verify_retarget(plan.step, engine)
-    action = "built" if result.built else "reused"
-    eprint(f"{action} {plan.step.tag}: deep_ep imports; code objects for {';'.join(found)}")
+    action = "built" if result.built else "reused"  # build_step verified it (retarget target) before any push
+    eprint(f"{action} {plan.step.tag}: deep_ep imports; code objects for {';'.join(result.verified)}")
     return 0
 
 
