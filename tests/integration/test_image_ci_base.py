@@ -132,6 +132,7 @@ def test_an_arch_change_retargets_the_ci_base_published_for_cis_arch_list(engine
     assert "--file " + str(REPO / "src" / "rocmci" / "data" / "docker" / "Dockerfile.retarget") in dry.stdout
     assert f"FROM_IMAGE={published}@sha256:" in dry.stdout and "DEEPEP_ROCM_ARCH=gfx950" in dry.stdout
     assert "--target ci_base" not in dry.stdout
+    assert f"{published} is not on this engine: the retarget below shows the checkout's" in dry.stdout + dry.stderr
     assert (f"vLLM CI's ci_base for CI's arch list gfx942;gfx950 is reused ({published}); only rocSHMEM and "
             "DeepEP are rebuilt for gfx950") in dry.stderr  # fmt: skip
 

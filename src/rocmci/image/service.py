@@ -326,6 +326,9 @@ def _ci_arch_reuse(s, co, engine, request, ci_step, base_digest, flags, notes: l
         return None
     labels, digest, pinnable = hit
     attrs = engine.image_attrs(tag)  # None in a dry run that did not pull: the checkout's pins are shown
+    if attrs is None:
+        notes.append(f"{tag} is not on this engine: the retarget below shows the checkout's DeepEP and rocSHMEM "
+                     "pins; a real build pulls it and takes the pins from its labels")  # fmt: skip
     config = (attrs or {}).get("Config") or {}
     try:
         rreq = requests.retarget_request(
