@@ -163,3 +163,49 @@ def test_an_arch_change_retargets_the_ci_base_published_for_cis_arch_list(engine
     assert "--target ci_base" in other.stdout and "Dockerfile.retarget" not in other.stdout
     looked = re.search(r"note: no (\S+) or (\S+) in its registry or on this engine: ci_base is built", other.stderr)
     assert looked and looked.group(2) == f"{registry}/{repo}:none-{published.rsplit('-', 1)[1]}", other.stderr
+
+
+def test_a_hard_coded_deepep_list_as_upstream_has_builds_for_another_list_by_retargeting_cis_ci_base(
+    engine, python_image, tree, images, registry
+):
+    """Upstream's Dockerfile.rocm hard-codes DeepEP's list (gfx942;gfx950). A ci_base built from it for gfx950 is
+    refused, but with CI's ci_base published the checkout's ci_base is not built at all: the retarget builds
+    rocSHMEM and DeepEP for gfx950, and the refusal stands only where ci_base would be built."""
+    path = tree / "docker" / "Dockerfile.rocm"
+    fixed = 'RUN export PYTORCH_ROCM_ARCH="${DEEPEP_ROCM_ARCH}" \\'
+    assert fixed in path.read_text()
+    path.write_text(path.read_text().replace(fixed, 'RUN export PYTORCH_ROCM_ARCH="gfx942;gfx950" \\'))
+    repo = f"rocmci-test/cihard-{uuid.uuid4().hex[:8]}"
+    stable = f"{registry}/{repo}:ci_base"
+    base = f"{registry}/{repo}/base:1"
+    images += [repo, stable.rsplit(":", 1)[0], base.rsplit(":", 1)[0]]
+    make_image(engine, repo, base, f"FROM {python_image}\nLABEL rocmci.test={repo}\n")
+    engine.cli("push", base, timeout=120)
+    settings = env(repo, ROCMCI_CI_BASE_TAG=stable, ROCMCI_BASE_IMAGE=base)
+    argv = ("image.build", "--vllm-src", str(tree), "--arch", "gfx950")
+
+    unpublished = run_invoke(*argv, "-n", env=settings)  # nothing to retarget: the checkout's ci_base is refused
+    assert unpublished.returncode == 1, unpublished.stderr[-3000:]
+    assert unpublished.stderr.strip().splitlines()[-1].startswith("rocmci: refusing to build for gfx950: ")
+
+    own = run_invoke("image.build", "--vllm-src", str(tree), "--target", "ci_base", env=settings)  # CI's own list
+    assert own.returncode == 0, own.stderr[-3000:]
+    own_tag = built(own.stderr)["ci_base"]
+    published = f"{stable}-{engine.image_labels(own_tag)['vllm.ci_base.content_hash']}"
+    images.append(published)
+    engine.cli("tag", own_tag, published)
+    engine.cli("push", published, timeout=120)
+
+    dry = run_invoke(*argv, "-n", env=settings)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "Dockerfile.retarget" in dry.stdout and "--target ci_base" not in dry.stdout
+    assert "note: the checkout's ci_base is not built, so its lines the arch check refuses do not reach" in dry.stderr
+    done = run_invoke(*argv, env=settings)
+    assert done.returncode == 0, done.stderr[-3000:]
+    tags = built(done.stderr)
+    assert list(tags) == ["retarget", "test"]
+    assert engine.image_labels(tags["test"])["rocmci.evidence.deepep-arch"] == "gfx950"  # read, not declared
+    # --target ci_base builds the checkout's ci_base itself: refused, whatever CI publishes.
+    refused = run_invoke("image.build", "--vllm-src", str(tree), "--arch", "gfx950", "--target", "ci_base", "-n",
+                         env=settings)  # fmt: skip
+    assert refused.returncode == 1 and "refusing to build for gfx950" in refused.stderr, refused.stderr[-2000:]

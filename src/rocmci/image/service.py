@@ -67,8 +67,7 @@ def build(flags) -> int:
     from rocmci import arch as archmod
     from rocmci import packaged
     from rocmci.engine import Engine
-    from rocmci.errors import EngineError, UsageError
-    from rocmci.image import check as checkmod
+    from rocmci.errors import EngineError, FindingsError, UsageError
     from rocmci.image import evidence, requests
     from rocmci.image import plan as planmod
     from rocmci.image import retarget as retargetmod
@@ -94,14 +93,19 @@ def build(flags) -> int:
     # The check follows the build as it will run: a --build-arg that the rocSHMEM or DeepEP lines read is seen.
     extra_args = requests.extra_build_args(co.dockerfile, flags.build_arg)
     co, req, findings = requests.run_check(s, flags.target, extra_args)
+    # A refusal of the checkout's ci_base lines waits for the ci_base look-up when the build may retarget vLLM
+    # CI's own ci_base instead (a test image, no --ci-base): those lines are then not built at all. That is how
+    # upstream's file, whose DeepEP list is hard-coded, still builds for another list.
+    deferred = None
     if deepep:
         refused = requests.refusal(co, req, findings)
-        if refused:
-            if refused.exit_code == 1:  # findings in the file: show them all, as image.check would
-                eprint(checkmod.render(findings))
-            raise refused
-        for f in findings:  # warnings only: steps the check could not follow; the DeepEP check decides
-            eprint(f.text())
+        if refused and flags.target == "test" and not flags.ci_base and isinstance(refused, FindingsError):
+            deferred = refused
+        elif refused:
+            _refuse(refused, findings)
+        else:
+            for f in findings:  # warnings only: steps the check could not follow; the DeepEP check decides
+                eprint(f.text())
     engine = Engine(s.docker, s.engine_timeout)
     notes: list[str] = []
     preflight: list[str] = []  # a dry run's "# preflight:" lines: what would stop the build, or was not checked
@@ -154,6 +158,11 @@ def build(flags) -> int:
     if ci_step is not None:
         request = _ci_base_reuse(s, co, engine, request, ci_step, facts, reachable, flags, notes)
         plan = planmod.plan_build(request)
+    if deferred is not None:
+        if request.retarget is None:  # the checkout's ci_base would be built: the refusal stands
+            _refuse(deferred, findings)
+        notes.append(f"the checkout's ci_base is not built, so its lines the arch check refuses do not reach this "
+                     f"image ({deferred.message}); a build of that ci_base would be refused")  # fmt: skip
     tier = facts.tier if facts else None
     if flags.pull and reachable and tier and any(step.target == "base" for step in plan.steps):
         _pull(engine, tier.upstream, flags.dry_run, f"the base tier's BASE_IMAGE ({tier.path.name})", notes)
@@ -193,6 +202,14 @@ def build(flags) -> int:
 
     run_build(plan, engine, live=_live(), log=eprint)
     return 0
+
+
+def _refuse(refused, findings) -> None:
+    from rocmci.image import check as checkmod
+
+    if refused.exit_code == 1:  # findings in the file: show them all, as image.check would
+        eprint(checkmod.render(findings))
+    raise refused
 
 
 def _require_buildkit(engine) -> None:
