@@ -6,7 +6,8 @@
   and runs with bash, using a bash-only substitution) builds, and the DeepEP check after the build confirms
   the requested list is what is inside.
 And one case of each other class issue 31 names, missed (refused at its line, nothing built) or refused by the
-old check (built, the evidence confirming gfx950). The unfollowable class (eval) going to the evidence is tests/integration/test_image_build.py's
+old check (built, the evidence confirming gfx950). The unfollowable class (eval) going to the evidence is
+tests/integration/test_image_build.py's
 test_a_deepep_built_for_gfx942_under_a_gfx950_request_fails_the_build_at_the_deepep_check.
 """
 

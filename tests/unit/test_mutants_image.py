@@ -739,6 +739,16 @@ def test_a_build_line_reaches_the_terminal_redacted_and_escaped(monkeypatch):
     assert live_out.getvalue() == "\r\x1b[K[    0s] [s 1/2] RUN echo \\e[2J\\u202e"
 
 
+def test_image_notes_reach_stderr_redacted_and_escaped_line_by_line(monkeypatch, capsys):
+    """image.build's and image.retarget's notes quote registry labels and tags: a token or an escape in one is
+    masked and shown as text, and rendered findings keep their lines."""
+    from rocmci.image import service
+
+    monkeypatch.setenv("HF_TOKEN", "hf_noteCanary0123456789abcdefghijk")
+    service.eprint("note: x:1 is here but its hash is \x1b]0;t\x07hf_noteCanary0123456789abcdefghijk\nfix: \u202e")
+    assert capsys.readouterr().err == "note: x:1 is here but its hash is \\e]0;t\\x07***\nfix: \\u202e\n"
+
+
 STANDIN = """#!/bin/sh
 # A stand-in docker client: records its arguments, answers `build` and `push` as told, else the real client.
 printf '%s\\n' "$*" >> {log}

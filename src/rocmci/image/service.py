@@ -14,7 +14,13 @@ from rocmci.report import plural, shell_lines, table, to_json
 
 
 def eprint(*args) -> None:
-    print(*args, file=sys.stderr)
+    """A note or progress line on stderr through the output gate: notes quote image labels, tags and paths that
+    come from outside (a registry's label can hold ESC or a token). Several lines (rendered findings) stay
+    lines, each gated; a table (report.table, gated and maybe coloured) is printed directly instead."""
+    from rocmci.report import MAX_FIELD, redact_environ, safe
+
+    text = " ".join(str(a) for a in args)
+    print("\n".join(safe(redact_environ(line), limit=4 * MAX_FIELD) for line in text.split("\n")), file=sys.stderr)
 
 
 def _settings(flags, **more):
@@ -418,7 +424,7 @@ def retarget(flags) -> int:
     if flags.dry_run:
         client = _client(engine)
         rows = [(arg, plan.step.build_args[arg], source) for arg, source in plan.sources.items()]
-        eprint(table(("build arg", "value", "read from"), rows))
+        print(table(("build arg", "value", "read from"), rows, stream=sys.stderr), file=sys.stderr)
         _print_commands([
             (f"skipped when {plan.step.tag} carries its input hash",
              ["env", "DOCKER_BUILDKIT=1", *plan.step.argv(client)]),
