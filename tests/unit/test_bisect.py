@@ -121,3 +121,21 @@ def test_a_step_that_bad_does_not_hold_is_refused_before_any_candidate(tmp_path)
         assert done.returncode == 2, done.stdout + done.stderr
         (line,) = done.stderr.strip().splitlines()
         assert line.startswith("rocmci: no step 'Kernels MoF' in --bad ") and "Kernels MoE" in line, line
+
+
+def test_the_bisect_report_passes_the_output_gate(capsys):
+    """A skip's why quotes a step label or git's words, and a reproduce line the step's name: an escape or a bidi
+    override in them reaches the terminal as text."""
+    import types
+
+    from rocmci.runs import bisectrun as br
+    from rocmci.runs import service
+
+    c = ["a" * 40, "b" * 40]
+    tried = [br.Tried(c[0], "r:a", None, [], bs.SKIP, 1.0, "", "no step 'X\x1b[2J' at this commit")]
+    answer = bs.Answer(c[1], None, (c[1],), (c[0],))
+    flags = types.SimpleNamespace(step="Kernels\u202e MoE", json=False)
+    assert service._bisect_report(flags, answer, tried, {c[1]: "r:b"}, "g" * 40, c[1], "l.jsonl") == 0
+    out = capsys.readouterr().out
+    assert "no step 'X\\e[2J' at this commit" in out and "Kernels\\u202e MoE" in out
+    assert "\x1b" not in out and "\u202e" not in out

@@ -121,3 +121,9 @@ def test_a_broken_setting_is_one_line_and_exit_2(clean_env, capsys, monkeypatch)
     assert got.err == (
         "rocmci-validate: unknown setting in environment variable ROCMCI_BOGUS. did you mean 'ROCMCI_WORKAROUNDS'?\n"
     )
+
+
+def test_an_error_line_quoting_a_path_is_escaped(clean_env, capsys):
+    """A file name is text from outside: an escape or a bidi override in it reaches stderr as text."""
+    assert hook.main(["x\x1b[2J\u202e.yaml"]) == 2
+    assert capsys.readouterr().err == "rocmci-validate: x\\e[2J\\u202e.yaml: no such file (from --source)\n"

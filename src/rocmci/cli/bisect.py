@@ -68,6 +68,6 @@ def fan_out(flags) -> int:
             print("dry run: nothing was written or run", file=sys.stderr)
         return 0
     write_atomic(Path(flags.out), text, what="--out")
-    print(f"wrote {flags.out}: {plural(jobs, 'job')}, {len(skipped)} candidate(s) skipped; upload it with "
-          f"buildkite-agent pipeline upload {flags.out}", file=sys.stderr)  # fmt: skip
+    print(safe(f"wrote {flags.out}: {plural(jobs, 'job')}, {len(skipped)} candidate(s) skipped; upload it with "
+               f"buildkite-agent pipeline upload {flags.out}"), file=sys.stderr)  # fmt: skip
     return 0

@@ -529,6 +529,7 @@ def bisect(flags) -> int:
     """The first commit whose CI image fails a step: a binary search run as run.step runs the step."""
     from rocmci.engine import Engine
     from rocmci.errors import UsageError
+    from rocmci.report import safe
     from rocmci.runs import bisect as bs
     from rocmci.runs import bisectrun as br
 
@@ -556,7 +557,7 @@ def bisect(flags) -> int:
             print(f"# {len(rows)} candidates {span} (first parents, oldest first)")
             for row in rows:
                 found = f"image: {row['digest']}" if row["digest"] else "no image (would be skipped)"
-                print(f"{row['commit'][:12]}  {row['image']}  {found}")
+                print(safe(f"{row['commit'][:12]}  {row['image']}  {found}"))  # the repo comes from the env
         _eprint("dry run: nothing was run")
         return 0
     engine.server_version()  # a run needs the engine: its one-line error now, not per commit
@@ -784,15 +785,20 @@ def _bisect_report(flags, answer, tried, images, good, bad, log: str, log_name: 
                        "suspects": list(answer.suspects), "skipped": list(answer.skipped), "runs": len(tried),
                        "tried": rows, "reproduce": reproduce, log_name: log}))  # fmt: skip
     else:
-        print(f"{'commit':<12}  {'verdict':<7}  {'seconds':>7}  outcomes / why")
+        from rocmci.report import MAX_FIELD, safe
+
+        def say(line: str) -> None:  # a why quotes step labels and git's words; the reproduce lines a step name
+            print(safe(line, limit=4 * MAX_FIELD))
+
+        say(f"{'commit':<12}  {'verdict':<7}  {'seconds':>7}  outcomes / why")
         for t in tried:
-            print(f"{t.commit[:12]:<12}  {t.verdict:<7}  {t.seconds:>7.1f}  {t.why or ', '.join(t.outcomes)}")
+            say(f"{t.commit[:12]:<12}  {t.verdict:<7}  {t.seconds:>7.1f}  {t.why or ', '.join(t.outcomes)}")
         if answer.exact:
-            print(f"first bad commit: {answer.first_bad}")
+            say(f"first bad commit: {answer.first_bad}")
         else:
-            print(f"the first bad commit is one of: {', '.join(answer.suspects)} (skipped commits hide which)")
-        print(f"last good commit: {answer.last_good or good}" + ("" if answer.last_good else " (--good)"))
-        print(f"skipped: {len(answer.skipped)}; {log_name}: {log}")
+            say(f"the first bad commit is one of: {', '.join(answer.suspects)} (skipped commits hide which)")
+        say(f"last good commit: {answer.last_good or good}" + ("" if answer.last_good else " (--good)"))
+        say(f"skipped: {len(answer.skipped)}; {log_name}: {log}")
         for side, line in reproduce.items():
-            print(f"reproduce {side}: {line}")
+            say(f"reproduce {side}: {line}")
     return 0 if answer.exact else 1
