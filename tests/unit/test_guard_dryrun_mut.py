@@ -148,3 +148,10 @@ def test_every_job_of_a_step_is_shown():
 )
 def test_a_comment_shows_unsafe_characters_as_escapes(raw, shown):
     assert dryrun._comment(f"a{raw}b") == f"# a{shown}b"
+
+
+def test_a_given_value_of_8_characters_is_masked_inside_a_word_and_7_only_where_it_is_the_value():
+    work = Workload("w", "step", ("python3", "--opt=abcd1234", "--other=abc1234"))
+    o = opts({"MY_EIGHT": "abcd1234", "MY_SEVEN": "abc1234"})
+    argv = dryrun.dry_run_json(Prepared([[PlannedRun(work, [], None, 0)]], []), None, o, environ={})["runs"][0]["argv"]
+    assert argv == ["python3", "--opt=***", "--other=abc1234"]

@@ -41,3 +41,33 @@ def test_each_job_is_a_step_workload_that_asks_the_arch_check_only_for_deepep(te
     for work in works:
         assert work.kind == "step"
         assert work.needs_deepep is deepep
+
+
+@pytest.mark.parametrize("raw, count", [(None, None), ("", None), (False, None), (1, 1), ("2", 2), (256, 256)])
+def test_a_parallelism_of_1_to_256_is_a_count_and_none_blank_or_false_is_none(raw, count):
+    assert st.parallelism(step(parallelism=raw)) == count
+    assert st.jobs(step(parallelism=raw), None) == ([None] if count is None else list(range(count)))
+
+
+@pytest.mark.parametrize("raw", [0, 257, True, "1.5", "x" * 60, [2]])
+def test_any_other_parallelism_is_one_line_naming_the_step_and_the_fix(raw):
+    with pytest.raises(UsageError) as err:
+        st.parallelism(step(parallelism=raw))
+    text = str(raw).strip()
+    assert err.value.message == (
+        f"step 'mi300_2: Kernels' (steps.yaml:3) has parallelism {text[:40]!r}: not a count of jobs 1..256"
+    )
+    assert err.value.hint == "fix it in the step file (`rocmci pipeline.validate` shows what Buildkite makes of it)"
+
+
+@pytest.mark.parametrize("native, how", [(False, "docker run by the runner"), (True, "native pod")])
+def test_the_dry_run_shows_the_generated_step_first(native, how):
+    s = step(native=native, env={"VLLM_TEST_COMMANDS": "cd /t && pytest", "NUM_GPUS": "2"})
+    assert st.about(s) == (
+        f"step 'mi300_2: Kernels' from steps.yaml:3 ({how})",
+        f"generated command: {st.RUNNER}",
+        "working_dir: /vllm-workspace/tests",
+        "generated env:",
+        "  VLLM_TEST_COMMANDS=cd /t && pytest",
+        "  NUM_GPUS=2",
+    )
