@@ -71,3 +71,50 @@ def test_the_dry_run_shows_the_generated_step_first(native, how):
         "  VLLM_TEST_COMMANDS=cd /t && pytest",
         "  NUM_GPUS=2",
     )
+
+
+def test_a_parallel_job_of_a_step_without_parallelism_is_refused_with_the_fix():
+    assert st.jobs(step(), 0) == [None]
+    with pytest.raises(UsageError) as err:
+        st.jobs(step(), 1)
+    assert (err.value.message, err.value.hint) == (
+        "step 'mi300_2: Kernels' has no parallelism",
+        "leave out --parallel-job",
+    )
+
+
+def named(*labels: str) -> list[st.Step]:
+    return [step(label=f"mi300_1: {lab}", source_label=lab, key=f"k{i}") for i, lab in enumerate(labels)]
+
+
+def refusal(steps: list[st.Step], query: str) -> tuple[str, str]:
+    with pytest.raises(UsageError) as err:
+        st.find(steps, query, "test-amd.yaml")
+    return err.value.message, err.value.hint
+
+
+def test_a_query_naming_several_steps_lists_six_of_them_and_counts_the_rest():
+    twice = named("Kernels", "Kernels", "Other")
+    assert refusal(twice, "Kernels") == (
+        "2 steps of test-amd.yaml are labelled 'Kernels'",
+        "name one of them: 'mi300_1: Kernels', 'mi300_1: Kernels'",
+    )
+    six = named(*(f"DeepEP {c}" for c in "abcdef"))
+    message, hint = refusal(six, "deepep")
+    assert message == "6 steps of test-amd.yaml have 'deepep' in their label"
+    assert hint == "name one of them: " + ", ".join(f"'mi300_1: DeepEP {c}'" for c in "abcdef")
+    seven = named(*(f"DeepEP {c}" for c in "abcdefg"))
+    assert (
+        refusal(seven, "deepep")[1]
+        == "name one of them: " + ", ".join(f"'mi300_1: DeepEP {c}'" for c in "abcdef") + " and 1 more"
+    )
+    eight = named(*(f"DeepEP {c}" for c in "abcdefgh"))
+    assert refusal(eight, "deepep")[1].endswith("'mi300_1: DeepEP f' and 2 more")
+
+
+def test_an_unknown_step_gets_the_three_closest_names():
+    steps = named("Kernels MoE 1", "Kernels MoE 12", "Kernels MoE 123", "Kernels MoE 1234", "Entrypoints")
+    assert refusal(steps, "Kernel MoE") == (
+        "no step 'Kernel MoE' in test-amd.yaml",
+        "did you mean 'Kernels MoE 1' or 'Kernels MoE 12' or 'Kernels MoE 123'?",
+    )
