@@ -118,3 +118,40 @@ def test_an_unknown_step_gets_the_three_closest_names():
         "no step 'Kernel MoE' in test-amd.yaml",
         "did you mean 'Kernels MoE 1' or 'Kernels MoE 12' or 'Kernels MoE 123'?",
     )
+
+
+MIRRORED = """\
+steps:
+- label: Prod
+  agent_pool: mi300_1
+  mirror_hardwares: [amdproduction]
+  commands:
+  - pytest a.py
+- label: Gated
+  agent_pool: mi300_1
+  mirror_hardwares: [amdproduction]
+  source_file_dependencies: [vllm/never_changed]
+  commands:
+  - pytest g.py
+- label: Exp
+  agent_pool: mi300_1
+  mirror_hardwares: [amdexperimental]
+  commands:
+  - pytest e.py
+"""
+
+
+def test_every_step_of_the_mirror_is_generated_ungated_with_its_line_and_image(tmp_path):
+    from rocmci.pipeline import source
+
+    path = tmp_path / "test-amd.yaml"
+    path.write_text(MIRRORED)
+    src = source.load_source(path, "test-amd.yaml")
+    prod = st.generated_steps(src, "amdproduction", "img:CI")
+    # run_all: a step gated on files no change touched is generated all the same.
+    assert [(s.source_label, s.origin) for s in prod] == [("Prod", "test-amd.yaml:2"), ("Gated", "test-amd.yaml:7")]
+    assert all(s.env["VLLM_CI_FALLBACK_IMAGE"] == "img:CI" for s in prod)
+    assert [s.data["depends_on"] for s in prod] == ["image-build-amd"] * 2  # no block step before Gated
+    exp = st.generated_steps(src, "amdexperimental", "img:CI")
+    assert [(s.source_label, s.origin) for s in exp] == [("Exp", "test-amd.yaml:13")]
+    assert refusal(prod, "zzzz") == ("no step 'zzzz' in test-amd.yaml", "run `rocmci pipeline.plan` to list the steps")
