@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 
 import pytest
 
+from tests.functional.checkouts import ROCMCI  # the console script of the interpreter running the tests
 from tests.functional.test_host_runs import _agent
 
 SECRET = "pw-canary-7f3a9c2e"  # under a secret name
@@ -66,11 +66,8 @@ def gate(tmp_path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCI_")}
     env |= agent_env | {"ROCMCI_DOCKER": str(docker), "ROCMCI_RESULTS_DIR": str(tmp_path / "results"),
                         "DOCKER_RECORD": str(tmp_path / "docker.jsonl"), "HF_TOKEN": TOKEN}  # fmt: skip
-    exe = shutil.which("rocmci")
-    if exe is None:
-        pytest.fail("the rocmci console script is not installed (pip install -e .)", pytrace=False)
     done = subprocess.run(
-        [exe, "run.moe-tests", "--host-root", str(root), "--skip-preflight", "--image", "img:1",
+        [*ROCMCI, "run.moe-tests", "--host-root", str(root), "--skip-preflight", "--image", "img:1",
          "--mode", "low-latency", "--env", f"DB_PASSWORD={SECRET}", "--env", f"MY_VALUE={PLAIN}"],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
