@@ -16,7 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, TEST_INSTALLED
+
+# The child's own rocmci: the tree's, or under `nox -s installed` the wheel this interpreter has.
+CHILD_ENV = {**os.environ, **({} if TEST_INSTALLED else {"PYTHONPATH": str(REPO / "src")})}
+
+
+def default_dispositions() -> None:
+    """In the child: the signals sent here at their defaults, whatever this suite was started with (`nohup`
+    ignores SIGHUP, a script's background job SIGINT), so what is tested is rocmci's handling, not the parent's."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 # What pip's launcher does, then a signal before main() runs: the early handler must end the process.
 LAUNCHER = """import sys, os, signal, time
@@ -30,9 +40,8 @@ print("not stopped")
 def launch(tmp_path: Path, name: str, signum: int) -> subprocess.CompletedProcess:
     script = tmp_path / name
     script.write_text(LAUNCHER.format(signum=int(signum)))
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60,
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    return subprocess.run([sys.executable, str(script)], env=CHILD_ENV, capture_output=True, text=True, timeout=60,
+                          preexec_fn=default_dispositions)  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -64,7 +73,6 @@ def test_the_hook_interrupted_while_it_reads_is_one_line(tmp_path, signum, line,
     )
     steps = tmp_path / "test-amd.yaml"
     steps.write_text("steps: []\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    done = subprocess.run([sys.executable, "-c", probe, str(steps)], env=env, capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", probe, str(steps)], env=CHILD_ENV, capture_output=True, text=True,
+                          timeout=60, preexec_fn=default_dispositions)  # fmt: skip
     assert (done.returncode, done.stderr) == (code, f"rocmci-validate: {line}\n")
