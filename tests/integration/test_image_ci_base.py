@@ -47,16 +47,35 @@ def images(engine):
             engine.cli("rmi", image, check=False)
 
 
+def published_setup(engine, python_image, images, registry, kind: str) -> tuple[str, str, dict[str, str]]:
+    """(repo, the ci_base tag CI publishes under, settings): a unique repository whose BASE_IMAGE is published in
+    the local registry (so --pull can pull it) with an ID of its own, not the shared base image's."""
+    repo = f"rocmci-test/{kind}-{uuid.uuid4().hex[:8]}"
+    stable = f"{registry}/{repo}:ci_base"
+    base = f"{registry}/{repo}/base:1"
+    images += [repo, stable.rsplit(":", 1)[0], base.rsplit(":", 1)[0]]
+    make_image(engine, repo, base, f"FROM {python_image}\nLABEL rocmci.test={repo}\n")
+    engine.cli("push", base, timeout=120)
+    return repo, stable, env(repo, ROCMCI_CI_BASE_TAG=stable, ROCMCI_BASE_IMAGE=base)
+
+
+def publish_ci_base(engine, tree, settings, stable: str, images: list[str]) -> tuple[str, str]:
+    """rocmci's ci_base for the checkout's own list, published as CI publishes it (under its content hash):
+    (rocmci's tag, the published tag)."""
+    own = run_invoke("image.build", "--vllm-src", str(tree), "--target", "ci_base", env=settings)
+    assert own.returncode == 0, own.stderr[-3000:]
+    own_tag = built(own.stderr)["ci_base"]
+    published = f"{stable}-{engine.image_labels(own_tag)['vllm.ci_base.content_hash']}"
+    images.append(published)
+    engine.cli("tag", own_tag, published)
+    engine.cli("push", published, timeout=120)
+    return own_tag, published
+
+
 def test_a_ci_base_published_under_its_content_hash_is_reused_and_a_moved_tag_is_seen_with_pull(
     engine, python_image, tree, images, registry
 ):
-    repo = f"rocmci-test/cibase-{uuid.uuid4().hex[:8]}"
-    stable = f"{registry}/{repo}:ci_base"
-    base = f"{registry}/{repo}/base:1"  # a published BASE_IMAGE, so that --pull can pull it
-    images += [repo, stable.rsplit(":", 1)[0], base.rsplit(":", 1)[0]]
-    make_image(engine, repo, base, f"FROM {python_image}\nLABEL rocmci.test={repo}\n")  # its own ID, not the shared one
-    engine.cli("push", base, timeout=120)
-    settings = env(repo, ROCMCI_CI_BASE_TAG=stable, ROCMCI_BASE_IMAGE=base)
+    repo, stable, settings = published_setup(engine, python_image, images, registry, "cibase")
 
     # rocmci's own ci_base carries the bake's labels, the content hash among them.
     own = run_invoke("image.build", "--vllm-src", str(tree), "--target", "ci_base", env=settings)
@@ -108,22 +127,10 @@ def test_a_ci_base_published_under_its_content_hash_is_reused_and_a_moved_tag_is
 def test_an_arch_change_retargets_the_ci_base_published_for_cis_arch_list(engine, python_image, tree, images, registry):
     """CI publishes its ci_base for its own list (the Dockerfile's DEEPEP_ROCM_ARCH default); --arch gfx950 builds
     only rocSHMEM and DeepEP on it (the retarget overlay), then test: no ci_base build."""
-    repo = f"rocmci-test/ciarch-{uuid.uuid4().hex[:8]}"
-    stable = f"{registry}/{repo}:ci_base"
-    base = f"{registry}/{repo}/base:1"
-    images += [repo, stable.rsplit(":", 1)[0], base.rsplit(":", 1)[0]]
-    make_image(engine, repo, base, f"FROM {python_image}\nLABEL rocmci.test={repo}\n")
-    engine.cli("push", base, timeout=120)
-    settings = env(repo, ROCMCI_CI_BASE_TAG=stable, ROCMCI_BASE_IMAGE=base)
+    repo, stable, settings = published_setup(engine, python_image, images, registry, "ciarch")
 
     # CI's ci_base: built for the default list, published under its content hash, then gone from this engine.
-    own = run_invoke("image.build", "--vllm-src", str(tree), "--target", "ci_base", env=settings)
-    assert own.returncode == 0, own.stderr[-3000:]
-    own_tag = built(own.stderr)["ci_base"]
-    published = f"{stable}-{engine.image_labels(own_tag)['vllm.ci_base.content_hash']}"
-    images.append(published)
-    engine.cli("tag", own_tag, published)
-    engine.cli("push", published, timeout=120)
+    own_tag, published = publish_ci_base(engine, tree, settings, stable, images)
     engine.cli("rmi", published, own_tag)
 
     argv = ("image.build", "--vllm-src", str(tree), "--arch", "gfx950")
@@ -175,26 +182,14 @@ def test_a_hard_coded_deepep_list_as_upstream_has_builds_for_another_list_by_ret
     fixed = 'RUN export PYTORCH_ROCM_ARCH="${DEEPEP_ROCM_ARCH}" \\'
     assert fixed in path.read_text()
     path.write_text(path.read_text().replace(fixed, 'RUN export PYTORCH_ROCM_ARCH="gfx942;gfx950" \\'))
-    repo = f"rocmci-test/cihard-{uuid.uuid4().hex[:8]}"
-    stable = f"{registry}/{repo}:ci_base"
-    base = f"{registry}/{repo}/base:1"
-    images += [repo, stable.rsplit(":", 1)[0], base.rsplit(":", 1)[0]]
-    make_image(engine, repo, base, f"FROM {python_image}\nLABEL rocmci.test={repo}\n")
-    engine.cli("push", base, timeout=120)
-    settings = env(repo, ROCMCI_CI_BASE_TAG=stable, ROCMCI_BASE_IMAGE=base)
+    repo, stable, settings = published_setup(engine, python_image, images, registry, "cihard")
     argv = ("image.build", "--vllm-src", str(tree), "--arch", "gfx950")
 
     unpublished = run_invoke(*argv, "-n", env=settings)  # nothing to retarget: the checkout's ci_base is refused
     assert unpublished.returncode == 1, unpublished.stderr[-3000:]
     assert unpublished.stderr.strip().splitlines()[-1].startswith("rocmci: refusing to build for gfx950: ")
 
-    own = run_invoke("image.build", "--vllm-src", str(tree), "--target", "ci_base", env=settings)  # CI's own list
-    assert own.returncode == 0, own.stderr[-3000:]
-    own_tag = built(own.stderr)["ci_base"]
-    published = f"{stable}-{engine.image_labels(own_tag)['vllm.ci_base.content_hash']}"
-    images.append(published)
-    engine.cli("tag", own_tag, published)
-    engine.cli("push", published, timeout=120)
+    publish_ci_base(engine, tree, settings, stable, images)  # CI's own list: the file's hard-coded one
 
     dry = run_invoke(*argv, "-n", env=settings)
     assert dry.returncode == 0, dry.stderr[-3000:]
