@@ -283,7 +283,7 @@ def _ci_base_reuse(s, co, engine, request, ci_step, facts, reachable: bool, flag
         return replace(request, ci_base_meta=found.labels)
     hit = _published(engine, tag, found.content_hash, flags, notes)
     if hit is not None:
-        labels, digest, _ = hit
+        labels, digest, _, _ = hit
         why = f"vLLM CI's ci_base with the same {cibase.HASH_LABEL} {found.content_hash[:16]}"
         return replace(request, ci_base_image=tag, ci_base_digest=digest, ci_base_labels=labels, ci_base_reused=why)
     looked = [tag]
@@ -297,7 +297,8 @@ def _ci_base_reuse(s, co, engine, request, ci_step, facts, reachable: bool, flag
 
 def _published(engine, tag: str, content_hash: str, flags, notes: list[str]):
     """vLLM CI's ci_base `tag` when the registry or this engine holds it and its content-hash label matches:
-    (labels, the digest a build is keyed on, whether that digest is a registry digest), else None. With --pull
+    (labels, the digest a build is keyed on, whether that digest is a registry digest, the local image's attributes
+    or None), else None. With --pull
     (or no local copy) a registry's copy is pulled first; a dry run takes the label from the tag that names it."""
     from rocmci.image import cibase
 
@@ -319,7 +320,7 @@ def _published(engine, tag: str, content_hash: str, flags, notes: list[str]):
     attrs = engine.image_attrs(tag)
     local = engine.image_digest(tag) if attrs else None
     digest = local or in_registry
-    return labels, digest, bool(digest) and digest != (attrs or {}).get("Id")
+    return labels, digest, bool(digest) and digest != (attrs or {}).get("Id"), attrs
 
 
 def _ci_arch_reuse(s, co, engine, request, ci_step, base_digest, flags, notes: list[str], looked: list[str]):
@@ -336,7 +337,10 @@ def _ci_arch_reuse(s, co, engine, request, ci_step, base_digest, flags, notes: l
 
     ci = cibase.compute(co.path, cibase.as_ci_passes(ci_step.build_args), base_digest, s.ci_base_tag)
     ci_list = ci.labels.get(label.VLLM_DEEPEP_ARCH, "") if ci else ""
-    if not ci_list or set(filter(None, re.split(r"[;,\s]+", ci_list))) == set(request.archs):
+    try:
+        if not ci_list or archmod.parse_arch_list(ci_list, what="CI's DEEPEP_ROCM_ARCH") == tuple(request.archs):
+            return None
+    except UsageError:  # not a list the script resolved (e.g. a value of its own): nothing to compare with
         return None
     listing, tag = archmod.canonical(request.archs), ci.tag(s.ci_base_tag)
     looked.append(tag)
@@ -347,8 +351,7 @@ def _ci_arch_reuse(s, co, engine, request, ci_step, base_digest, flags, notes: l
     hit = _published(engine, tag, ci.content_hash, flags, notes)
     if hit is None:
         return None
-    labels, digest, pinnable = hit
-    attrs = engine.image_attrs(tag)  # None in a dry run that did not pull: the checkout's pins are shown
+    labels, digest, pinnable, attrs = hit  # attrs None in a dry run that did not pull: the checkout's pins show
     if attrs is None:
         notes.append(f"{tag} is not on this engine: the retarget below shows the checkout's DeepEP and rocSHMEM "
                      "pins; a real build pulls it and takes the pins from its labels")  # fmt: skip
