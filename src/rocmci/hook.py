@@ -102,20 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         return getattr(exc, "exit_code", 130)
 
 
-def _gated(line: str) -> str:
-    """An error line through the output gate: a path or a setting's value may hold an escape or a token."""
-    from rocmci.report import MAX_FIELD, redact_environ, safe
-
-    return safe(redact_environ(line), limit=4 * MAX_FIELD)
-
-
 def check_files(args: argparse.Namespace) -> int:
     from rocmci import report, report_findings, settings
 
     try:
         s = settings.resolve(flags={"arch": args.arch, "mirror_hw": args.mirror_hw})
     except RocmciError as exc:  # e.g. an unknown ROCMCI_* variable or a broken pyproject.toml
-        print(_gated(f"{PROG}: {exc.one_line()}"), file=sys.stderr)
+        print(report.error_line(f"{PROG}: {exc.one_line()}"), file=sys.stderr)
         return exc.exit_code
     results = [validate_file(path, s) for path in args.files]
     if args.json:
@@ -127,7 +120,7 @@ def check_files(args: argparse.Namespace) -> int:
                 report_findings.print_report(r.report, name=r.name, out=out)
     for r in results:
         if r.error is not None:
-            print(_gated(f"{PROG}: {r.error.one_line()}"), file=sys.stderr)  # it quotes the file's path
+            print(report.error_line(f"{PROG}: {r.error.one_line()}"), file=sys.stderr)  # it quotes the file's path
     return max(r.exit_code for r in results)
 
 

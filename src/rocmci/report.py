@@ -401,13 +401,19 @@ def redact_environ(text: str) -> str:
     return Redactor(os.environ)(str(text))
 
 
+def gated(line: str) -> str:
+    """One line of text from outside (a label, a path, a setting's value) as it may reach stderr: through the
+    redactor of this process's environment, escaped and bounded."""
+    return safe(redact_environ(line), limit=4 * MAX_FIELD)
+
+
 def error_line(text: str, *, stream: IO[str] | None = None) -> str:
     """A `rocmci: ...` message for stderr: redacted (a refusal quotes what it refuses, and a CI log is
     public), escaped and bounded; on a terminal wrapped between words, with the continuation under the
     message and `rocmci:` in red."""
     stream = sys.stderr if stream is None else stream
     mode = terminal_mode(stream)
-    text = safe(redact_environ(text), limit=4 * MAX_FIELD)
+    text = gated(text)
     if not mode.interactive:
         return text
     from rich.table import Table

@@ -17,10 +17,9 @@ def eprint(*args) -> None:
     """A note or progress line on stderr through the output gate: notes quote image labels, tags and paths that
     come from outside (a registry's label can hold ESC or a token). Several lines (rendered findings) stay
     lines, each gated; a table (report.table, gated and maybe coloured) is printed directly instead."""
-    from rocmci.report import MAX_FIELD, redact_environ, safe
+    from rocmci.report import gated
 
-    text = " ".join(str(a) for a in args)
-    print("\n".join(safe(redact_environ(line), limit=4 * MAX_FIELD) for line in text.split("\n")), file=sys.stderr)
+    print("\n".join(gated(line) for line in " ".join(str(a) for a in args).split("\n")), file=sys.stderr)
 
 
 def _settings(flags, **more):
