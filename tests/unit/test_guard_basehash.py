@@ -7,6 +7,7 @@ mutation it was watched to kill.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -48,3 +49,48 @@ def test_a_base_dockerfile_without_a_base_image_default_hashes_as_vllms(vllm_fix
     assert tier.upstream == "" and tier.content_hash is None  # nothing to ask a digest of: no key
     files = base.files_hash(tree)
     assert base.content_hash(files, tier.args, "") == upstream_hash(vllm_fixtures, tree, "")
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o744, 0o654, 0o645, 0o600])
+def test_any_execute_bit_hashes_the_file_as_755_as_vllms_script_does(vllm_fixtures, vllm_docker_tree, mode):
+    os.chmod(vllm_docker_tree / base.BASE_DOCKERFILE, mode)
+    assert base.tier(vllm_docker_tree, lambda ref: (DIGEST, True)).content_hash == (
+        upstream_hash(vllm_fixtures, vllm_docker_tree, DIGEST)
+    )
+
+
+def test_an_unknown_base_digest_and_a_missing_arg_hash_as_vllms_script_does(vllm_fixtures, vllm_docker_tree):
+    tier = base.tier(vllm_docker_tree, lambda ref: (DIGEST, True))
+    files = base.files_hash(vllm_docker_tree)
+    assert base.content_hash(files, tier.args, "") == upstream_hash(vllm_fixtures, vllm_docker_tree, "")
+    tree = edited(vllm_docker_tree, lambda t: re.sub(r"^ARG MORI_REPO=.*\n", "", t, count=1, flags=re.M))
+    args = {name: value for name, value in base.tier(tree, lambda ref: (DIGEST, True)).args.items() if value}
+    assert "MORI_REPO" not in args  # a caller's dict without the ARG: hashed as the script's <empty>
+    assert base.content_hash(base.files_hash(tree), args, DIGEST) == upstream_hash(vllm_fixtures, tree, DIGEST)
+
+
+def test_the_tier_says_whether_its_upstream_digest_is_pinnable(vllm_docker_tree):
+    assert base.tier(vllm_docker_tree, lambda ref: (DIGEST, True)).upstream_pinnable is True
+    assert base.tier(vllm_docker_tree, lambda ref: (DIGEST, False)).upstream_pinnable is False
+    tree = edited(vllm_docker_tree, lambda t: re.sub(r"^ARG BASE_IMAGE=.*$", "ARG BASE_IMAGE", t, count=1, flags=re.M))
+    assert base.tier(tree, lambda ref: (DIGEST, True)).upstream_pinnable is False  # nothing to pin
+
+
+def test_a_base_dockerfile_past_the_size_bound_is_one_line_naming_it(vllm_docker_tree):
+    from rocmci.errors import RocmciError
+
+    (vllm_docker_tree / base.BASE_DOCKERFILE).write_text("#" * (base.MAX_BYTES + 1))
+    for read in (
+        lambda: base.tier(vllm_docker_tree, lambda ref: (DIGEST, True)),
+        lambda: base.files_hash(vllm_docker_tree),
+    ):
+        with pytest.raises(RocmciError) as err:
+            read()
+        assert "(from docker/Dockerfile.rocm_base)" in err.value.message and "\n" not in err.value.one_line()
+
+
+def test_a_pin_replaces_a_digest_the_reference_already_holds():
+    new = "sha256:" + "e" * 64
+    assert base.pinned("rocm/dev:7@sha256:" + "a" * 64, new, True) == f"rocm/dev:7@{new}"
+    assert base.pinned("rocm/dev:7", new, True) == f"rocm/dev:7@{new}"
+    assert base.pinned("rocm/dev:7", new, False) == "rocm/dev:7"

@@ -18,7 +18,11 @@ from rocmci.checkout import VllmDockerfile
 from rocmci.errors import PreflightError
 
 # Flags the classic builder already had: they need nothing from BuildKit.
-CLASSIC_FLAGS = {("COPY", "from"), ("COPY", "chown"), ("ADD", "chown"), ("FROM", "platform")}
+CLASSIC_FLAGS = {
+    ("COPY", "from"), ("COPY", "chown"), ("ADD", "chown"), ("FROM", "platform"),
+    ("HEALTHCHECK", "interval"), ("HEALTHCHECK", "timeout"), ("HEALTHCHECK", "start-period"),
+    ("HEALTHCHECK", "retries"),
+}  # fmt: skip
 # Dockerfile frontend release that made a feature stable (docs.docker.com "Dockerfile release notes"),
 # named in the message so the user can tell what a builder must have.
 FRONTEND = {"ADD --checksum": "1.6", "COPY --link": "1.4", "ADD --link": "1.4", "heredocs": "1.4", "RUN --mount": "1.2"}
@@ -71,7 +75,10 @@ def _probe(cmd: str, name: str, flag: str) -> str:
         return f"FROM scratch\nRUN {flag} true\n"
     if cmd in ("COPY", "ADD"):
         return f"FROM scratch\n{cmd} {flag} rocmci-probe-missing /probe\n"
-    return f"FROM scratch\n{cmd} {flag}\n"
+    # HEALTHCHECK (or an instruction BuildKit may give flags later) with its flag and a command, then a
+    # COPY of a missing file: the parser sees the flag, and the build still fails before any image exists.
+    command = " CMD true" if cmd == "HEALTHCHECK" else ""
+    return f"FROM scratch\n{cmd} {flag}{command}\nCOPY rocmci-probe-missing /probe\n"
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,4 @@ def notes(df: VllmDockerfile, found: list[Use]) -> list[str]:
 
 def refusal(df: VllmDockerfile, gaps: list[Gap], client: str) -> PreflightError:
     more = f" (and {len(gaps) - 1} more: {', '.join(g.use.feature for g in gaps[1:])})" if len(gaps) > 1 else ""
-    return PreflightError(
-        f"{client} cannot build {df.display}: {describe(df, gaps[0])}{more}", hint=WHAT_TO_DO
-    )
+    return PreflightError(f"{client} cannot build {df.display}: {describe(df, gaps[0])}{more}", hint=WHAT_TO_DO)
