@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, interruptible, run_invoke
+from tests.conftest import REPO, RUN_SELECTOR, interruptible, run_invoke
 from tests.integration.helpers import CANARY, leftovers, moe, results_of, run_env
 from tests.unit.test_gpus import make_node
 
@@ -114,9 +114,14 @@ def test_timeout_stops_and_removes_the_container(engine, standin_image, fake_hos
     assert leftovers(engine) == []
 
 
+def workload_started(engine) -> bool:
+    mine = {"label": RUN_SELECTOR, "name": "rocmci-moe-tests-"}
+    return bool(engine.sdk.containers.list(all=True, sparse=True, filters=mine))
+
+
 def test_ctrl_c_removes_the_container(engine, standin_image, fake_host, workdir):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCI_")}
-    env.update(run_env(standin_image, workdir))
+    env.update(run_env(standin_image, workdir), PYTHONUNBUFFERED="1")  # a failure shows how far it got
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -134,10 +139,11 @@ def test_ctrl_c_removes_the_container(engine, standin_image, fake_host, workdir)
         preexec_fn=interruptible,
     )
     try:
+        # The workload's own container, not a probe's: the interrupt must find the workload running.
         deadline = time.monotonic() + 120
-        while not leftovers(engine) and proc.poll() is None and time.monotonic() < deadline:
+        while not workload_started(engine) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        if not leftovers(engine):
+        if not workload_started(engine):
             proc.kill()
             out, err = proc.communicate(timeout=60)
             pytest.fail(

@@ -187,14 +187,14 @@ PROBE_NAME = re.compile(r"rocmci-probe-[0-9a-f]{10}")
 
 
 def _probe_calls(docker: Docker, image: str, command: list[str]) -> None:
-    """Each probe is `docker run --rm` without network, labelled as rocmci's, and removed by name afterwards."""
+    """Each probe is `docker run` (no --rm) without network, labelled as rocmci's, and removed by name afterwards."""
     runs = [c for c in docker.calls() if c[0] == "run"]
     assert runs, docker.calls()
     for call in runs:
-        name = call[3]
-        assert call[:3] == ["run", "--rm", "--name"] and PROBE_NAME.fullmatch(name)
-        assert call[4:] == ["--label", f"{label.MANAGED}=1", "--network", "none", image, *command]
-    assert _Api.removed == [c[3] for c in runs]
+        name = call[2]
+        assert call[:2] == ["run", "--name"] and PROBE_NAME.fullmatch(name)
+        assert call[3:] == ["--label", f"{label.MANAGED}=1", "--network", "none", image, *command]
+    assert _Api.removed == [c[2] for c in runs]
 
 
 # --- the code-object probe: rocmci's verifier run inside an image that has no arch label ------------------------
@@ -210,7 +210,7 @@ def test_the_probe_reads_deepeps_code_objects_with_the_real_verifier(docker):
     )
     script = images.VERIFY_SCRIPT.read_text(encoding="utf-8")
     [run] = [c for c in docker.calls() if c[0] == "run"]
-    assert run[9:] == ["python3", "-c", script, "--expect", ""]
+    assert run[8:] == ["python3", "-c", script, "--expect", ""]
     _probe_calls(docker, "rocm/vllm-ci:build-9", ["python3", "-c", script, "--expect", ""])
 
 

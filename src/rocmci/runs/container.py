@@ -215,12 +215,14 @@ def leftovers(engine: Engine) -> list[str]:
 
 
 def probe(engine: Engine, image: str, argv: Sequence[str]) -> Completed:
-    """A short throw-away container without network: a look inside an image."""
+    """A short throw-away container without network: a look inside an image.
+
+    No --rm: with it the client waits for the engine's removal event, and a docker run that misses it
+    hangs after the command ended (seen in CI, docker/for-linux#115); this one is removed by name instead."""
     name = container_name("probe")
     try:
         return engine.cli(
             "run",
-            "--rm",
             "--name",
             name,
             "--label",
