@@ -737,7 +737,7 @@ def test_a_probe_is_a_labelled_throw_away_container_without_network(engine, busy
     worker.join()
     assert found is not None, "the probe's container was not listed under rocmci's label"
     assert re.fullmatch(r"/rocmci-probe-[0-9a-f]{10}", found["Name"])
-    assert found["HostConfig"]["NetworkMode"] == "none" and found["HostConfig"]["AutoRemove"] is True
+    assert found["HostConfig"]["NetworkMode"] == "none" and found["HostConfig"]["AutoRemove"] is False
     done = seen["done"]
     assert (done.returncode, done.stdout, done.stderr) == (3, "lo\n", "e\n")
     assert _gone(engine, found["Name"].lstrip("/"))
