@@ -140,3 +140,15 @@ def test_a_control_character_in_an_env_value_is_found_at_that_value(tmp_path):
     assert found == [
         "test-amd.yaml:5:7: error [control-character] control character U+0004 in 'env': " + CONTROL_TAIL,
     ]
+
+
+def test_a_step_that_is_not_a_mapping_and_an_unknown_key_are_warnings_at_their_lines(tmp_path):
+    long_key = "k" * 70  # named by its first 60 characters: a finding is one line
+    text = f"steps:\n{STEP}    mirror_hardwares: [amdexperimental]\n    {long_key}: 1\n  - plain text\n  - 3\n"
+    assert _findings(tmp_path, text, having="warning") == [
+        f"test-amd.yaml:5:5: warning [source-schema] unknown step key '{'k' * 60}': neither the AMD template nor "
+        "vLLM's step-file format reads it",
+        "test-amd.yaml:6:5: warning [source-schema] step 2 must be a mapping, got string 'plain text'; the template "
+        "skips it",
+        "test-amd.yaml:7:5: warning [source-schema] step 3 must be a mapping, got int 3; the template skips it",
+    ]
