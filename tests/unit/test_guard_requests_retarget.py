@@ -257,3 +257,13 @@ def test_the_base_tier_is_the_checkouts_dockerfile_rocm_base_with_its_upstream_r
     assert (tier.upstream, tier.upstream_digest, tier.upstream_pinnable) == (UPSTREAM, LOCAL, True)
     # The upstream is read the way BASE_IMAGE is: with --pull, the registry's digest.
     assert facts(tmp_path, eng, from_registry=True).tier.upstream_digest == MOVED
+
+
+@pytest.mark.parametrize("pinned", [f"{BASE}@{LOCAL}", f"rocm/vllm-dev@{LOCAL}"])
+def test_the_labels_of_a_base_image_pinned_by_digest_are_read_when_the_engine_holds_it(tmp_path, engine, pinned):
+    # refresh-base-image.sh pins BASE_IMAGE as name:tag@sha256:...; its content hash must still be seen, or a
+    # changed Dockerfile.rocm_base would never plan a base rebuild.
+    eng, held, registry = engine
+    held[pinned] = pulled(BASE, LOCAL, {base.CONTENT_HASH_LABEL: "d" * 64, base.FILES_HASH_LABEL: "e" * 64})
+    got = facts(tmp_path, eng, {"base_image": pinned})
+    assert (got.image, got.digest, got.content_hash, got.files_hash) == (pinned, LOCAL, "d" * 64, "e" * 64)
