@@ -230,3 +230,27 @@ def test_nesting_after_a_closed_collection_is_counted_from_its_real_depth():
     with pytest.raises(InputError) as refused:
         yamldoc.parse(text.encode(), "deep.yaml")
     assert str(refused.value) == "deep.yaml:1:106: nested deeper than 100 levels. flatten the document"
+
+
+def test_a_control_character_is_placed_by_the_lines_before_it_only():
+    # Lines after it and a blank first line must not move it: line 4, column 5 of this text.
+    text = "\na: 1\nb: 2\nc: x\x07y\nd: 4\ne: 5\nf: 6\n"
+    assert one_line(P, text, "f.yaml") == "f.yaml:4:5: invalid YAML: control character #x0007 is not allowed"
+
+
+UNSUPPORTED_TAG_HINT = ". remove the tag: values are read as text, numbers, true/false or null"
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("v: !!str [a]\n", "f.yaml:1:4: the YAML tag !!str is not supported" + UNSUPPORTED_TAG_HINT),
+        ("v: !!str {a: 1}\n", "f.yaml:1:4: the YAML tag !!str is not supported" + UNSUPPORTED_TAG_HINT),
+        ("- !!str [a]\n", "f.yaml:1:3: the YAML tag !!str is not supported" + UNSUPPORTED_TAG_HINT),
+        ("? !!str [a]\n: 1\n", "f.yaml:1:3: a mapping key must be a scalar"),
+    ],
+    ids=["value-sequence", "value-mapping", "item", "key"],
+)
+def test_a_text_tag_on_a_collection_is_one_line_at_it(text, line):
+    # `!!str` names a scalar's type: on a list or a mapping it is refused, never read as the nodes inside.
+    assert one_line(P, text, "f.yaml") == line
