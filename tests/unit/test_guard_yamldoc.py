@@ -236,6 +236,24 @@ def test_a_control_character_is_placed_by_the_lines_before_it_only():
     # Lines after it and a blank first line must not move it: line 4, column 5 of this text.
     text = "\na: 1\nb: 2\nc: x\x07y\nd: 4\ne: 5\nf: 6\n"
     assert one_line(P, text, "f.yaml") == "f.yaml:4:5: invalid YAML: control character #x0007 is not allowed"
+    # Right after the blank first line: its column counts from that line's start, not the file's.
+    assert one_line(P, "\nx\x07\n", "f.yaml") == "f.yaml:2:2: invalid YAML: control character #x0007 is not allowed"
+
+
+def test_the_roots_position_is_where_its_content_starts():
+    assert P("# a comment\n\n- a\n", "f.yaml").pos(()) == yamldoc.Pos(3, 1)
+
+
+def _merging(lists: int) -> str:
+    """An anchored mapping whose `k` holds `lists` nested lists, merged two mappings deep under `m`."""
+    return "x: &a {k: " + "[" * lists + "]" * lists + "}\nm: {n: {<<: *a}}\n"
+
+
+def test_a_merged_mapping_is_nested_where_it_is_merged():
+    # Merged under m.n (depth 3), k's 97 lists reach depth 100, the bound; 98 go past it, though the anchor's own
+    # copy (depth 2) stays within it.
+    P(_merging(97), "f.yaml")
+    assert one_line(P, _merging(98), "f.yaml") == "f.yaml:1:108: nested deeper than 100 levels. flatten the document"
 
 
 UNSUPPORTED_TAG_HINT = ". remove the tag: values are read as text, numbers, true/false or null"
