@@ -30,9 +30,11 @@ needs_vllm = pytest.mark.skipif(not (SHARED_VLLM / "docker").is_dir(), reason=f"
 
 def git(where, *args: str) -> str:
     """git as a test sets a repository up: an identity of its own, never the caller's config for commits."""
+    # Tests run from a git hook carry its GIT_DIR/GIT_INDEX_FILE: set-up must never commit into that repository.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     done = subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(where), *args],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True, text=True, check=True, timeout=60, env=env,
     )  # fmt: skip
     return done.stdout.strip()
 
