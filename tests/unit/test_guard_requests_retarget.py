@@ -261,8 +261,8 @@ def test_the_base_tier_is_the_checkouts_dockerfile_rocm_base_with_its_upstream_r
 
 @pytest.mark.parametrize("pinned", [f"{BASE}@{LOCAL}", f"rocm/vllm-dev@{LOCAL}"])
 def test_the_labels_of_a_base_image_pinned_by_digest_are_read_when_the_engine_holds_it(tmp_path, engine, pinned):
-    # refresh-base-image.sh pins BASE_IMAGE as name:tag@sha256:...; its content hash must still be seen, or a
-    # changed Dockerfile.rocm_base would never plan a base rebuild.
+    # Pinned as refresh-base-image.sh pins the base tier's own BASE_IMAGE (name:tag@sha256:...), or by digest
+    # alone: the content hash must still be seen, or a changed Dockerfile.rocm_base would never plan a rebuild.
     eng, held, registry = engine
     held[pinned] = pulled(BASE, LOCAL, {base.CONTENT_HASH_LABEL: "d" * 64, base.FILES_HASH_LABEL: "e" * 64})
     got = facts(tmp_path, eng, {"base_image": pinned})

@@ -236,8 +236,8 @@ def base_facts(s, co: Checkout, engine, *, resolve: bool, from_registry: bool = 
         return None
     try:
         digest, pinnable = digest_of(image)
-        # A pinned reference (`name@sha256:…`, or refresh-base-image.sh's `name:tag@sha256:…`) is inspected as
-        # it is: the engine finds a local image by its digest, so its rocm_base labels are read like a tag's.
+        # A pinned reference (`name@sha256:…` or `name:tag@sha256:…`) is inspected as it is: the engine finds a
+        # local image by its digest, so its rocm_base labels are read as a tag's are.
         attrs = engine.image_attrs(image) if digest else None
     except EngineError:
         return None
