@@ -87,8 +87,11 @@ class SourceStep(NamedTuple):
 
     @property
     def commands(self) -> list[str]:
-        if "commands" in self.data:
-            return list(self.data["commands"])
+        """The step's command list, or its one command; [] for neither. A `commands` that is not a list is an
+        error at its line (check_step), and a step is generated without it: the readers of a step skip it too."""
+        commands = self.data.get("commands")
+        if isinstance(commands, list):
+            return list(commands)
         return [self.data["command"]] if "command" in self.data else []
 
 
