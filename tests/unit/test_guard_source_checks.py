@@ -307,3 +307,24 @@ def test_a_step_whose_commands_are_not_a_list_is_passed_over_by_the_readers_of_s
     text = "steps:\n" + _step("commands: 5") + _step("commands: ~") + _step(moe).replace("label: a", "label: moe")
     found = upstream.find_moe(_load(tmp_path, text))
     assert found is not None and found.step_label == "moe" and found.origin == "test-amd.yaml:10"
+
+
+def test_a_missing_step_file_is_named_with_the_flag_it_came_from(tmp_path):
+    with pytest.raises(InputError) as raised:
+        source.load_source(tmp_path / "nope.yaml", "nope.yaml", what="--source")
+    assert str(raised.value) == "nope.yaml: no such file (from --source)"
+
+
+def test_a_file_made_without_step_findings_has_none_and_the_mirror_warning_is_at_the_steps_key(tmp_path):
+    doc = _load(tmp_path, "# AMD\nx-anchor: 1\nsteps:\n" + _step("commands: [x]")).doc
+    made = source.SourceFile(doc, [], [])
+    assert made.step_findings == []
+    assert [f.text() for f in made.findings_for("zzz")] == [
+        "test-amd.yaml:3:1: warning [no-step-for-mirror] no step lists mirror_hw 'zzz': the template renders only "
+        "the image build steps; the steps list: amdexperimental"
+    ]
+
+
+def test_a_slip_as_near_to_two_keys_of_its_type_is_named_by_the_first_the_template_reads():
+    assert source.near_key("num_gods", 2) == "num_gpus"  # 2 edits from num_gpus and from num_nodes
+    assert source.near_key("num_godes", 2) == "num_nodes"  # 1 from num_nodes, 3 from num_gpus
