@@ -328,3 +328,13 @@ def test_a_file_made_without_step_findings_has_none_and_the_mirror_warning_is_at
 def test_a_slip_as_near_to_two_keys_of_its_type_is_named_by_the_first_the_template_reads():
     assert source.near_key("num_gods", 2) == "num_gpus"  # 2 edits from num_gpus and from num_nodes
     assert source.near_key("num_godes", 2) == "num_nodes"  # 1 from num_nodes, 3 from num_gpus
+
+
+def test_an_empty_command_is_an_error_as_an_empty_required_key_is(tmp_path):
+    text = "steps:\n" + _step("command: ~") + "  - agent_pool: p\n    commands: ~\n    label:\n" + MIRROR
+    assert [line for line in _lines(tmp_path, text) if "got nothing" in line] == [
+        f"test-amd.yaml:4:5: {SCHEMA} 'command' must be a string, got nothing",
+        f"test-amd.yaml:7:5: {SCHEMA} 'commands' must be a list of strings (or, with num_nodes, a list of per-node "
+        "lists of strings), got nothing",
+        f"test-amd.yaml:8:5: {SCHEMA} 'label' must be a string, got nothing",
+    ]
