@@ -61,6 +61,24 @@ def test_a_plain_copy_inside_an_unrelated_repository_is_not_a_git_checkout(tmp_p
     assert (requests.vllm_commit(copy), requests.vllm_dirty(copy)) == (UNKNOWN, None)
 
 
+@pytest.mark.parametrize("parent", ["work:a", "a:b:c"])
+def test_a_copy_below_a_folder_whose_name_holds_a_colon_is_not_a_git_checkout_either(tmp_path, parent):
+    # GIT_CEILING_DIRECTORIES is a ':'-separated list: such a parent is no ceiling, and git would walk past it.
+    committed(tmp_path / "home")
+    copy = tmp_path / "home" / parent / "vllm"
+    copy.mkdir(parents=True)
+    (copy / "setup.py").write_text("# copied, never committed\n")
+    assert (requests.vllm_commit(copy), requests.vllm_dirty(copy)) == (UNKNOWN, None)
+    head = committed(copy)  # its own repository is still read
+    assert (requests.vllm_commit(copy), requests.vllm_dirty(copy)) == (head, False)
+
+
+def test_a_checkout_reached_through_a_link_is_read_as_the_checkout(tmp_path):
+    head = committed(tmp_path / "vllm")
+    (tmp_path / "link").symlink_to(tmp_path / "vllm")
+    assert (requests.vllm_commit(tmp_path / "link"), requests.vllm_dirty(tmp_path / "link")) == (head, False)
+
+
 def test_git_variables_of_the_callers_environment_never_reach_git(tmp_path, monkeypatch):
     # A hook or CI step runs with GIT_DIR/GIT_WORK_TREE of its own repository: the label is still the checkout's.
     other = committed(tmp_path / "other", "another project")

@@ -122,14 +122,20 @@ def _git(path: Path, *args: str) -> subprocess.CompletedProcess | None:
     """git in the checkout's own repository only: without a ceiling, git walks up and would label a plain copy
     of vLLM's files with the commit of whatever repository encloses it (a home folder under git, a CI
     workspace). safe.directory for this one path: a checkout owned by another user (a CI agent's, a bind
-    mount) is still read, rather than labelled "unknown" while git knows its commit."""
+    mount) is still read, rather than labelled "unknown" while git knows its commit. The ceiling is a
+    list split at ':', so a parent folder whose name holds one is no ceiling at all: the repository git
+    finds must also be the checkout itself (None otherwise, as for no repository)."""
+    real = os.path.realpath(path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(os.path.realpath(path))
+    env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(real)
+    git = ["git", "-c", f"safe.directory={real}", "-C", str(path)]
     try:
-        return subprocess.run(
-            ["git", "-c", f"safe.directory={os.path.realpath(path)}", "-C", str(path), *args],
-            capture_output=True, text=True, check=False, timeout=30, env=env,
-        )  # fmt: skip
+        top = subprocess.run(
+            [*git, "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False, timeout=30, env=env
+        )
+        if top.returncode != 0 or os.path.realpath(top.stdout.strip()) != real:
+            return None
+        return subprocess.run([*git, *args], capture_output=True, text=True, check=False, timeout=30, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return None
 
