@@ -91,7 +91,7 @@ def _unknown(name: str, where: str) -> UsageError:
     return UsageError(f"unknown setting {name!r} in {where}", hint=suggest(name))
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1 (U+0085 is a line break to YAML)
 _TRUE = {"true", "1"}
 _FALSE = {"false", "0"}
 

@@ -287,10 +287,24 @@ def test_an_undeclared_build_arg_like_no_declared_one_points_at_the_arg_lines(tm
     )
 
 
-@pytest.mark.parametrize("value", ["8\x7f", "8\x1f", "a\tb", "8\n", "\x00", "8\x1b[2J"], ids=repr)
-def test_a_build_arg_value_with_a_control_character_is_refused(tmp_path, value):
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [("8\x7f", "007F"), ("8\x1f", "001F"), ("a\tb", "0009"), ("8\n", "000A"), ("\x00", "0000"),
+     ("8\x1b[2J", "001B"), ("8\x85", "0085"), ("\x80", "0080"), ("8\x9f1", "009F")],
+    ids=repr,
+)  # fmt: skip
+def test_a_build_arg_value_with_a_control_character_is_refused(tmp_path, value, code):
     err = refused(tmp_path, "nvcc_threads", value)
-    assert (err.message, err.hint) == ("--build-arg nvcc_threads has a control character in its value", None)
+    assert (err.message, err.hint) == (
+        f"--build-arg nvcc_threads has the control character U+{code} in its value",
+        "give the value as one line of printable text",
+    )
+
+
+@pytest.mark.parametrize("value", ["~", "\xa0x", "x\xa0", "caf\u00e9", ""], ids=repr)
+def test_a_build_arg_value_next_to_the_control_characters_is_kept(tmp_path, value):
+    # U+007E below DEL and U+00A0 past C1 are printable: the bounds of the refused ranges
+    assert requests.extra_build_args(parsed(tmp_path), (("nvcc_threads", value),)) == {"nvcc_threads": value}
 
 
 # --- rocm_fixes: the checkout's Dockerfile.rocm_base, read as a bounded input file -------------------------

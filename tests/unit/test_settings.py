@@ -222,7 +222,9 @@ def test_env_typos_in_any_case_get_a_suggestion(workspace):
 
 
 def test_control_characters_are_refused_from_env_and_flags(workspace):
-    for env, flags in (({"ROCMCI_DEEPEP_NIC": "cx7\nio"}, {}), ({}, {"mirror_hw": "amd\0production"})):
+    cases = (({"ROCMCI_DEEPEP_NIC": "cx7\nio"}, {}), ({}, {"mirror_hw": "amd\0production"}))
+    cases += (({"ROCMCI_DEEPEP_NIC": "cx7\x85io"}, {}), ({}, {"mirror_hw": "amd\x9f"}), ({}, {"mirror_hw": "\x7f"}))
+    for env, flags in cases:  # C0, DEL and C1 (U+0085, a line break to YAML)
         with pytest.raises(UsageError, match="contains the control character"):
             settings.resolve(workspace, env=env, flags=flags, pyproject={})
 

@@ -209,8 +209,12 @@ def extra_build_args(df: vd.VllmDockerfile, pairs: tuple[tuple[str, str], ...]) 
                 f"--build-arg {name}: {df.display} declares no ARG {name}",
                 hint=f"did you mean {close[0]}?" if close else "see the ARG lines of the Dockerfile",
             )
-        if any(ord(c) < 32 or ord(c) == 127 for c in value):
-            raise UsageError(f"--build-arg {name} has a control character in its value")
+        control = next((c for c in value if ord(c) < 32 or 127 <= ord(c) <= 159), None)  # C0, DEL and C1
+        if control is not None:
+            raise UsageError(
+                f"--build-arg {name} has the control character U+{ord(control):04X} in its value",
+                hint="give the value as one line of printable text",
+            )
         out[name] = value
     return out
 
