@@ -195,11 +195,21 @@ def test_without_a_vllm_list_only_deepeps_own_list_is_checked(tmp_path, vllm_doc
     assert (findings, refused) == ([], None)
 
 
-def test_a_vllm_list_that_is_no_arch_list_is_a_usage_error_naming_the_setting(tmp_path):
+def test_a_vllm_list_that_is_no_arch_list_is_a_usage_error_naming_the_setting_and_its_origin(tmp_path):
     with pytest.raises(UsageError) as err:
         request(tmp_path, flags={"vllm_arch": "gfx942;sm90"})
-    assert err.value.message == "vllm_arch: 'sm90' is not a gfx target"
+    assert err.value.message == "vllm_arch (flag --vllm-arch): 'sm90' is not a gfx target"
     assert err.value.hint == "use names like gfx942 or gfx950"
+
+
+def test_a_vllm_list_of_the_bake_file_that_is_no_arch_list_names_its_file_and_line(tmp_path, vllm_docker_tree):
+    path = vllm_docker_tree / BAKE
+    text = path.read_text()
+    path.write_text(text.replace('default = "gfx90a;gfx942;gfx950"', 'default = "gfx942;sm90"', 1))
+    line = text[: text.index('variable "PYTORCH_ROCM_ARCH"')].count("\n") + 2
+    with pytest.raises(UsageError) as err:
+        request(tmp_path, vllm=vllm_docker_tree)
+    assert err.value.message == f"vllm_arch ({path}:{line} (variable PYTORCH_ROCM_ARCH)): 'sm90' is not a gfx target"
 
 
 # --- run_check: the stages followed ----------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ def deepep_archs(s) -> tuple[str, ...]:
 def arch_request(s, co: Checkout) -> checkmod.ArchRequest:
     archs = deepep_archs(s)
     vllm_text = s.vllm_arch
-    vllm_archs = archmod.parse_arch_list(vllm_text, what="vllm_arch") if vllm_text else None
+    vllm_archs = archmod.parse_arch_list(vllm_text, what=f"vllm_arch ({s.origin('vllm_arch')})") if vllm_text else None
     where = None
     found = vd.bake_variable(co.path, "PYTORCH_ROCM_ARCH")
     if vllm_archs is not None and not _overridden(s, "vllm_arch") and found is not None:
