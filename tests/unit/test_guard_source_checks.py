@@ -338,3 +338,18 @@ def test_an_empty_command_is_an_error_as_an_empty_required_key_is(tmp_path):
         "lists of strings), got nothing",
         f"test-amd.yaml:8:5: {SCHEMA} 'label' must be a string, got nothing",
     ]
+
+
+def test_a_random_looking_word_is_no_credential_in_a_step_even_beside_one(tmp_path):
+    # Shapes only: a whole text that merely looks random (a cache key, a content hash) is no finding,
+    # also when a real credential shape elsewhere in the step makes every text of it looked at.
+    random_looking = "Zq8Xw3Vn5Rt7Yp2Lk9Hs4Jd6Fg1Bm0Cx"
+    text = "steps:\n" + _step(f"commands: ['{TOKEN}', '{random_looking}']", f"working_dir: {random_looking}")
+    assert [line.split(": error")[0] for line in _lines(tmp_path, text)] == ["test-amd.yaml:4:16"]
+
+
+def test_a_number_of_another_type_leaves_the_later_numbers_bounded(tmp_path):
+    text = "steps:\n" + _step("commands: [x]", "num_gpus: '2'", "parallelism: 101")
+    assert [line for line in _lines(tmp_path, text) if "at most" in line] == [
+        f"test-amd.yaml:6:5: {SCHEMA} 'parallelism' must be at most 100, got 101"
+    ]
