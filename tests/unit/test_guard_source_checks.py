@@ -353,3 +353,8 @@ def test_a_number_of_another_type_leaves_the_later_numbers_bounded(tmp_path):
     assert [line for line in _lines(tmp_path, text) if "at most" in line] == [
         f"test-amd.yaml:6:5: {SCHEMA} 'parallelism' must be at most 100, got 101"
     ]
+
+
+def test_an_empty_label_is_found_at_the_label_wherever_it_stands_in_the_step(tmp_path):
+    text = "steps:\n  - agent_pool: p\n    commands: [x]\n    label: ''\n" + MIRROR
+    assert _lines(tmp_path, text) == [f"test-amd.yaml:4:5: {SCHEMA} 'label' is empty"]
