@@ -358,3 +358,15 @@ def test_a_number_of_another_type_leaves_the_later_numbers_bounded(tmp_path):
 def test_an_empty_label_is_found_at_the_label_wherever_it_stands_in_the_step(tmp_path):
     text = "steps:\n  - agent_pool: p\n    commands: [x]\n    label: ''\n" + MIRROR
     assert _lines(tmp_path, text) == [f"test-amd.yaml:4:5: {SCHEMA} 'label' is empty"]
+
+
+def test_steps_that_are_no_list_and_a_later_top_level_key_are_found_at_their_own_lines(tmp_path):
+    with pytest.raises(InputError) as raised:
+        _load(tmp_path, "other: 1\nsteps: 3\n")
+    assert str(raised.value) == "test-amd.yaml:2:1: 'steps' must be a list"
+    with pytest.raises(InputError) as raised:
+        _load(tmp_path, "# vLLM's steps\nx: 1\n")
+    assert str(raised.value) == f"test-amd.yaml:2:1: {NO_STEPS}"  # where the file's content starts
+    assert _lines(tmp_path, "steps: []\nother: 1\n") == [
+        "test-amd.yaml:2:1: warning [source-schema] unknown top-level key 'other': the template reads only steps"
+    ]
