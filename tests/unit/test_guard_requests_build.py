@@ -10,7 +10,9 @@ workaround registry. Nothing of rocmci's is replaced; git is taken away only by 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -125,6 +127,31 @@ def test_without_git_the_checkout_is_unknown_and_its_changes_unsaid(tmp_path, mo
     (tmp_path / "empty").mkdir()
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # a slim CI image without git
     assert (requests.vllm_commit(tmp_path / "vllm"), requests.vllm_dirty(tmp_path / "vllm")) == (UNKNOWN, None)
+
+
+@pytest.mark.parametrize("hangs", ["rev-parse --show-toplevel", "rev-parse --verify HEAD", "status --porcelain"])
+def test_a_git_that_hangs_is_given_up_on_within_its_bound(tmp_path, monkeypatch, hangs):
+    # A git that never answers (a stale NFS lock, a credential prompt) must not hold image.build: each call is
+    # bounded, and the checkout is then as unknown as without git. The bound is lowered here to keep the test fast.
+    checkout = tmp_path / "vllm"
+    committed(checkout)
+    real_git = shutil.which("git")
+    fake = tmp_path / "bin" / "git"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *"{hangs}"*) exec /bin/sleep 5;; esac\n'
+        f'exec {real_git} "$@"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake.parent))
+    monkeypatch.setattr(requests, "GIT_TIMEOUT", 0.5)
+    started = time.monotonic()
+    commit, dirty = requests.vllm_commit(checkout), requests.vllm_dirty(checkout)
+    assert time.monotonic() - started < 4
+    head = git(checkout, "rev-parse", "HEAD")
+    expected = {"rev-parse --show-toplevel": (UNKNOWN, None), "rev-parse --verify HEAD": (UNKNOWN, False)}
+    assert (commit, dirty) == expected.get(hangs, (head, None))  # the call that hangs alone says nothing
 
 
 # --- pins and network: the labels and build args of the settings ---------------------------------------------

@@ -370,3 +370,8 @@ def test_steps_that_are_no_list_and_a_later_top_level_key_are_found_at_their_own
     assert _lines(tmp_path, "steps: []\nother: 1\n") == [
         "test-amd.yaml:2:1: warning [source-schema] unknown top-level key 'other': the template reads only steps"
     ]
+
+
+def test_a_clashing_label_is_found_at_the_label_wherever_it_stands_in_the_step(tmp_path):
+    step = "  - agent_pool: p\n    command: x\n    label: a\n" + MIRROR
+    assert [line.split(": error")[0] for line in _lines(tmp_path, "steps:\n" + step + step)] == ["test-amd.yaml:8:5"]

@@ -118,6 +118,9 @@ def refusal(
     )
 
 
+GIT_TIMEOUT = 30.0  # seconds for one git call: reading a commit or a status takes milliseconds, a hung git never ends
+
+
 def _git(path: Path, *args: str) -> subprocess.CompletedProcess | None:
     """git in the checkout's own repository only: without a ceiling, git walks up and would label a plain copy
     of vLLM's files with the commit of whatever repository encloses it (a home folder under git, a CI
@@ -131,11 +134,12 @@ def _git(path: Path, *args: str) -> subprocess.CompletedProcess | None:
     git = ["git", "-c", f"safe.directory={real}", "-C", str(path)]
     try:
         top = subprocess.run(
-            [*git, "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False, timeout=30, env=env
+            [*git, "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False, timeout=GIT_TIMEOUT,
+            env=env,
         )
         if top.returncode != 0 or os.path.realpath(top.stdout.strip()) != real:
             return None
-        return subprocess.run([*git, *args], capture_output=True, text=True, check=False, timeout=30, env=env)
+        return subprocess.run([*git, *args], capture_output=True, text=True, check=False, timeout=GIT_TIMEOUT, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return None
 
