@@ -233,7 +233,9 @@ class _Builder:
             elif key_node.tag == _MERGE:
                 sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
                 for source in sources:
-                    value = self.build(source, path, depth + 1, True)
+                    # `*anchor` was built where the anchor stands, so build() counts it as an alias; a
+                    # mapping written here is read once, and counts only when all of this is an alias's
+                    value = self.build(source, path, depth + 1, via_alias)
                     if not isinstance(value, dict):
                         raise InputError("'<<' must merge a mapping", where=self._where(source))
                     for k, v in value.items():

@@ -117,6 +117,14 @@ def test_aliases_may_expand_to_exactly_100000_nodes_and_not_one_more():
     assert "YAML aliases expand to more than 100000 nodes" in one_line(P, keys, "f.yaml")
 
 
+def test_a_mapping_merged_where_it_is_written_is_no_alias_and_one_merged_through_an_alias_is():
+    # Only nodes reached through an alias count toward the bound: an inline `<<: {...}` is read once, as written.
+    pairs = ", ".join(f"k{i}: {i}" for i in range(50_001))  # 100,003 nodes with the mapping itself
+    assert len(P(f"m:\n  <<: {{{pairs}}}\n  own: 1\n", "f.yaml").data["m"]) == 50_002
+    anchored = f"base: &b {{{pairs}}}\nm:\n  <<: *b\n"
+    assert "YAML aliases expand to more than 100000 nodes" in one_line(P, anchored, "f.yaml")
+
+
 def test_positions_fall_back_to_the_nearest_ancestor_and_the_start():
     doc = P("a:\n  b: [1, 2]\n", "f.yaml")
     assert doc.pos(("a", "b", 1)) == (2, 10)
