@@ -248,6 +248,36 @@ def test_an_exact_label_wins_over_labels_that_hold_it(tmp_path):
         st.find(found, "Shard", "p.yaml")
 
 
+@pytest.mark.parametrize(
+    ("broken", "stop"),
+    [
+        ("commands: 5", "'commands' ('join' or 'length' of a value that is not a list)"),
+        ("commands: [x]\n    source_file_dependencies: [a, 3]",
+         "'source_file_dependencies' ('length' of an item that is not text)"),
+        ("commands: [x]\n    dind: false\n    agent_tags: [a]",
+         "'agent_tags' ('items' of a value that is not a mapping)"),
+    ],
+)  # fmt: skip
+def test_a_step_whose_render_stops_ci_infras_template_is_refused_and_its_neighbours_run(tmp_path, broken, stop):
+    # vLLM's CI uploads no pipeline at all for such a file: run.step must not run the step rocmci generates without it.
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "steps:\n  - label: Broken\n    agent_pool: mi300_1\n    mirror_hardwares: [amdproduction]\n"
+        f"    {broken}\n  - label: Fine\n    agent_pool: mi300_1\n    mirror_hardwares: [amdproduction]\n"
+        "    commands: [pytest -v]\n"
+    )
+    src = source.load_source(path, "p.yaml")
+    s = SimpleNamespace(mirror_hw="amdproduction", ci_image="img")
+    with pytest.raises(UsageError) as err:
+        service.find_step(src, "Broken", s)
+    assert (err.value.message, err.value.hint) == (
+        f"step 'mi300_1: Broken' (p.yaml:2): ci-infra's template stops on its {stop}, so vLLM's CI uploads no "
+        "pipeline and never runs this step",
+        "fix it in the step file (`rocmci pipeline.validate` shows the error at its line)",
+    )
+    assert service.find_step(src, "Fine", s).stops == ()
+
+
 def test_candidates_keep_only_the_steps_a_query_may_name(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(PARALLEL)

@@ -435,12 +435,20 @@ def load_step_file(flags, s):
 
 def find_step(src, query: str, s):
     """The generated step `query` names (only the steps it may name are generated)."""
+    from rocmci.errors import UsageError
     from rocmci.runs import steps as st
 
     generated = st.generated_steps(st.candidates(src, query), s.mirror_hw, s.ci_image)
     if not generated:  # matching steps that this mirror does not render: the whole file, for "did you mean"
         generated = st.generated_steps(src, s.mirror_hw, s.ci_image)
-    return st.find(generated, query, src.filename)
+    chosen = st.find(generated, query, src.filename)
+    if chosen.stops:
+        raise UsageError(
+            f"step {chosen.label!r} ({chosen.origin}): ci-infra's template stops on its {', '.join(chosen.stops)}, "
+            "so vLLM's CI uploads no pipeline and never runs this step",
+            hint="fix it in the step file (`rocmci pipeline.validate` shows the error at its line)",
+        )
+    return chosen
 
 
 def prepare_step(flags, s, checkout: Path | None = None):

@@ -31,6 +31,9 @@ class Step:
     command: str  # the generated step's command
     env: dict[str, str]  # the generated step's env
     data: dict = field(default_factory=dict, compare=False, repr=False)  # the generated step, as uploaded
+    # The source step's values ci-infra's template stops on ("'commands' (reason)"): rocmci generates the step
+    # without them, but vLLM's CI uploads no pipeline at all, so it never runs this step.
+    stops: tuple[str, ...] = ()
 
     @property
     def through_runner(self) -> bool:
@@ -76,7 +79,7 @@ def candidates(src, query: str):
 
 def generated_steps(src, mirror_hw: str, ci_image: str) -> list[Step]:
     """Every test step the template renders for this mirror, as the generator writes it (run_all: no gates)."""
-    from rocmci.pipeline import amdsteps, generate
+    from rocmci.pipeline import amdsteps, generate, source
     from rocmci.pipeline.bootstrap import TemplateInputs
 
     opts = generate.Options(
@@ -102,6 +105,7 @@ def generated_steps(src, mirror_hw: str, ci_image: str) -> list[Step]:
                 command=str(data["command"]),
                 env=env,
                 data=data,
+                stops=tuple(f"'{key}' ({why})" for key, why in source.template_stops(raw).items()),
             )
         )
     return out
