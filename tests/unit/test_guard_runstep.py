@@ -256,6 +256,9 @@ def test_an_exact_label_wins_over_labels_that_hold_it(tmp_path):
          "'source_file_dependencies' ('length' of an item that is not text)"),
         ("commands: [x]\n    dind: false\n    agent_tags: [a]",
          "'agent_tags' ('items' of a value that is not a mapping)"),
+        ("commands: 5\n    source_file_dependencies: 7",
+         "'source_file_dependencies' (a number is not iterable), 'commands' ('join' or 'length' of a value that is "
+         "not a list)"),
     ],
 )  # fmt: skip
 def test_a_step_whose_render_stops_ci_infras_template_is_refused_and_its_neighbours_run(tmp_path, broken, stop):
