@@ -45,7 +45,7 @@ def test_empty_labels_command_lists_nodes_and_commands_are_errors_where_they_are
         f"test-amd.yaml:2:5: {SCHEMA} 'label' is empty",
         f"test-amd.yaml:4:5: {SCHEMA} 'commands' is empty: nothing to run",
         f"test-amd.yaml:8:21: {SCHEMA} command 2 is empty",
-        f"test-amd.yaml:13:22: {SCHEMA} command 1 is empty",  # node 1's second command
+        f"test-amd.yaml:13:22: {SCHEMA} node 1's command 2 is empty",
         f"test-amd.yaml:13:27: {SCHEMA} node 2 runs no command",
         f"test-amd.yaml:17:5: {SCHEMA} 'command' is empty: nothing to run",
     ]

@@ -526,7 +526,8 @@ def _empty_parts(doc: yamldoc.Document, path: tuple, step: dict) -> list[Finding
             for j, text in texts:
                 if not text.strip():
                     at = (*path, "commands", i) if j is None else (*path, "commands", i, j)
-                    out.append(Finding.at(doc, at, "source-schema", ERROR, f"command {i + 1} is empty"))
+                    what = f"command {i + 1}" if j is None else f"node {i + 1}'s command {j + 1}"
+                    out.append(Finding.at(doc, at, "source-schema", ERROR, f"{what} is empty"))
     command = step.get("command")
     if isinstance(command, str) and not command.strip():
         out.append(Finding.at(doc, (*path, "command"), "source-schema", ERROR, "'command' is empty: nothing to run"))
