@@ -151,10 +151,13 @@ def _convert_str(setting: Setting, raw: Any, where: str) -> str:
     if raw and setting.pattern is not None and IMAGE_REF.pattern in setting.pattern:
         # the rule of --tag and --image (values.image_ref): docker wants the repository in lower case, and its
         # engine says so only at the build's end ("repository name must be lowercase")
-        from rocmci.values import _repository_path
+        from rocmci.values import _repository_path, reference_problem
 
         if _repository_path(raw) != _repository_path(raw).lower():
             raise _bad(setting, where, "has upper case in its repository name", raw, hint=setting.pattern_hint)
+        problem = reference_problem(raw)
+        if problem:
+            raise _bad(setting, where, f"is not an image reference: {problem}", raw, hint=setting.pattern_hint)
     return raw
 
 

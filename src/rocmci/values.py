@@ -101,14 +101,47 @@ def choice(flag: str, text: str, choices: Sequence[str]) -> str:
 
 
 def image_ref(flag: str, text: str) -> str:
-    """An image reference that docker cannot read as an option or split: see IMAGE_REF."""
+    """An image reference that docker cannot read as an option or split (IMAGE_REF), in docker's grammar."""
     if not isinstance(text, str) or not IMAGE_REF.fullmatch(text):
         why = "starts with '-'" if isinstance(text, str) and text.startswith("-") else "is not an image reference"
         raise UsageError(f"{flag} {_shown(str(text))} {why}", hint=IMAGE_REF_HINT)
     if _repository_path(text) != _repository_path(text).lower():
         # docker's engine answers "400 Client Error ... repository name must be lowercase" much later
         raise UsageError(f"{flag} {_shown(text)} has upper case in its repository name", hint=IMAGE_REF_HINT)
+    problem = reference_problem(text)
+    if problem:
+        raise UsageError(f"{flag} {_shown(text)} is not an image reference: {problem}", hint=IMAGE_REF_HINT)
     return text
+
+
+# docker's reference grammar (distribution/reference, which the engine and the CLI parse with), on text that
+# IMAGE_REF already let through and whose repository is lower case:
+#   [host[:port]/]component[/component...][:tag][@digest]
+# a component is lower-case letters and digits, joined by '.', '_', '__' or dashes; a tag is up to 128 word
+# characters, '.' or '-', not starting with either; a digest is sha256: and 64 lower-case hex digits (the
+# only one docker's store makes).
+_HOST_PART = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_NAME = re.compile(rf"(?:{_HOST_PART}(?:\.{_HOST_PART})*(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def reference_problem(ref: str) -> str | None:
+    """What makes `ref` no image reference docker can read, in a few words; None when it is one."""
+    name, at, digest = ref.partition("@")
+    if "@" in digest:
+        return "it holds more than one '@'"
+    if at and not _DIGEST.fullmatch(digest):
+        return "its digest is not sha256: and 64 lower-case hex digits"
+    head, colon, tag = name.rpartition(":")
+    if colon and "/" not in tag:  # a tag; otherwise the ':' is a registry port (host:5000/name)
+        if not _TAG.fullmatch(tag):
+            return f"its tag {tag[:40]!r} is not 1-128 letters, digits, '_', '.' or '-', starting with no '.' or '-'"
+        name = head
+    if not _NAME.fullmatch(name):
+        return "its name is not [host[:port]/]path, of lower-case letters and digits joined by '.', '_' or '-'"
+    return None
 
 
 def _repository_path(ref: str) -> str:
