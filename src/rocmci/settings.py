@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from rocmci.errors import InputError, UsageError
 from rocmci.registry import BY_NAME, ENV_PREFIX, REGISTRY, Setting  # noqa: F401  (settings' API)
-from rocmci.values import IMAGE_REF, parse_int
+from rocmci.values import CONTROL, IMAGE_REF, parse_int
 
 
 class Resolved(NamedTuple):
@@ -91,7 +91,6 @@ def _unknown(name: str, where: str) -> UsageError:
     return UsageError(f"unknown setting {name!r} in {where}", hint=suggest(name))
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1 (U+0085 is a line break to YAML)
 _TRUE = {"true", "1"}
 _FALSE = {"false", "0"}
 
@@ -136,7 +135,7 @@ def _convert_str(setting: Setting, raw: Any, where: str) -> str:
         raise UsageError(
             f"setting {setting.name!r} from {where} must be a string, got {type(raw).__name__} {_short(raw)}"
         )
-    control = _CONTROL.search(raw)
+    control = CONTROL.search(raw)
     if control:
         # No setting is multi-line; a newline or NUL in a value that reaches a command line is an attack or a typo.
         raise _bad(setting, where, f"contains the control character {control.group()!r}", raw)
@@ -151,13 +150,11 @@ def _convert_str(setting: Setting, raw: Any, where: str) -> str:
     if raw and setting.pattern is not None and IMAGE_REF.pattern in setting.pattern:
         # the rule of --tag and --image (values.image_ref): docker wants the repository in lower case, and its
         # engine says so only at the build's end ("repository name must be lowercase")
-        from rocmci.values import _repository_path, reference_problem
+        from rocmci.values import image_ref_problem
 
-        if _repository_path(raw) != _repository_path(raw).lower():
-            raise _bad(setting, where, "has upper case in its repository name", raw, hint=setting.pattern_hint)
-        problem = reference_problem(raw)
+        problem = image_ref_problem(raw)
         if problem:
-            raise _bad(setting, where, f"is not an image reference: {problem}", raw, hint=setting.pattern_hint)
+            raise _bad(setting, where, problem, raw, hint=setting.pattern_hint)
     return raw
 
 

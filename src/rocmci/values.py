@@ -18,6 +18,8 @@ from rocmci.errors import UsageError
 # characters. Digests (@sha256:...) and registry ports (host:5000/name) are allowed.
 IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
 IMAGE_REF_HINT = "an image reference such as rocm/vllm-dev:base (letters, digits and . _ / : @ -)"
+# What no one-line value that reaches a command line may hold: C0, DEL and C1 (U+0085 is a line break to YAML).
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Every number that comes from outside (flags, settings, env, step files, command text) is read by
 # parse_int: ASCII digits only (int() also takes '١٠', '1_0' and ' 7 ', and str.isdigit() is true for
@@ -105,13 +107,20 @@ def image_ref(flag: str, text: str) -> str:
     if not isinstance(text, str) or not IMAGE_REF.fullmatch(text):
         why = "starts with '-'" if isinstance(text, str) and text.startswith("-") else "is not an image reference"
         raise UsageError(f"{flag} {_shown(str(text))} {why}", hint=IMAGE_REF_HINT)
+    problem = image_ref_problem(text)
+    if problem:
+        raise UsageError(f"{flag} {_shown(text)} {problem}", hint=IMAGE_REF_HINT)
+    return text
+
+
+def image_ref_problem(text: str) -> str | None:
+    """Why text that IMAGE_REF lets through is still no image reference docker takes, for the one-line error of a
+    flag or a setting; None when it is one."""
     if _repository_path(text) != _repository_path(text).lower():
         # docker's engine answers "400 Client Error ... repository name must be lowercase" much later
-        raise UsageError(f"{flag} {_shown(text)} has upper case in its repository name", hint=IMAGE_REF_HINT)
+        return "has upper case in its repository name"
     problem = reference_problem(text)
-    if problem:
-        raise UsageError(f"{flag} {_shown(text)} is not an image reference: {problem}", hint=IMAGE_REF_HINT)
-    return text
+    return f"is not an image reference: {problem}" if problem else None
 
 
 # docker's reference grammar (distribution/reference, which the engine and the CLI parse with), on text that

@@ -20,6 +20,7 @@ from rocmci.image import check as checkmod
 from rocmci.image import plan as planmod
 from rocmci.image import retarget as retargetmod
 from rocmci.image import vllm_dockerfile as vd
+from rocmci.values import CONTROL
 
 # setting -> (build arg, label); the pins vLLM's Dockerfile declares.
 PINS = (
@@ -213,10 +214,10 @@ def extra_build_args(df: vd.VllmDockerfile, pairs: tuple[tuple[str, str], ...]) 
                 f"--build-arg {name}: {df.display} declares no ARG {name}",
                 hint=f"did you mean {close[0]}?" if close else "see the ARG lines of the Dockerfile",
             )
-        control = next((c for c in value if ord(c) < 32 or 127 <= ord(c) <= 159), None)  # C0, DEL and C1
-        if control is not None:
+        control = CONTROL.search(value)
+        if control:
             raise UsageError(
-                f"--build-arg {name} has the control character U+{ord(control):04X} in its value",
+                f"--build-arg {name} has the control character U+{ord(control.group()):04X} in its value",
                 hint="give the value as one line of printable text",
             )
         out[name] = value
