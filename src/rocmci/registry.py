@@ -6,6 +6,7 @@ reads as one page. Each rule is checked for every origin by settings.convert().
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from rocmci import values
@@ -28,6 +29,9 @@ class Setting(NamedTuple):
     pattern: str | None = None
     pattern_hint: str | None = None
     choices: tuple[str, ...] | None = None
+    # A rule past the pattern, for text no regular pattern says well (docker's reference grammar): the value's
+    # problem in a few words ("is not an image reference: ..."), or None when it is good. Empty values pass.
+    check: Callable[[str], str | None] | None = None
     flag: str | None = None  # the flag that gives it, where that is not --<name> (cli/flags.py must agree)
     # An environment variable vLLM's CI scripts read for the same value (ci-bake-rocm.sh's DEEPEP_ROCM_ARCH,
     # PYTORCH_ROCM_ARCH): honoured as they honour it, below ROCMCI_<NAME>, above pyproject.
@@ -90,6 +94,7 @@ REGISTRY: tuple[Setting, ...] = (
         from_vllm="ARG:BASE_IMAGE",
         pattern=_IMAGE_REF,
         pattern_hint=_IMAGE_HINT,
+        check=values.image_ref_problem,
     ),
     Setting(
         "ci_base_image",
@@ -97,6 +102,7 @@ REGISTRY: tuple[Setting, ...] = (
         from_vllm="ARG:CI_BASE_IMAGE",
         pattern=_IMAGE_REF,
         pattern_hint=_IMAGE_HINT,
+        check=values.image_ref_problem,
     ),
     Setting(
         "deepep_repo",
@@ -142,6 +148,7 @@ REGISTRY: tuple[Setting, ...] = (
         default="rocmci/vllm-rocm",
         pattern=r"[a-z0-9][a-z0-9._/:-]{0,199}",  # a tag is appended: no '@', and docker wants lower case
         pattern_hint="a repository such as rocmci/vllm-rocm (lower-case letters, digits and . _ / : -)",
+        check=values.repository_problem,
     ),
     Setting(
         "ci_base_tag",
@@ -179,6 +186,7 @@ REGISTRY: tuple[Setting, ...] = (
         default="",
         pattern=f"|{_IMAGE_REF}",
         pattern_hint=_IMAGE_HINT,
+        check=values.image_ref_problem,
     ),
     Setting(
         "ci_image",

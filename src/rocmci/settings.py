@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from rocmci.errors import InputError, UsageError
 from rocmci.registry import BY_NAME, ENV_PREFIX, REGISTRY, Setting  # noqa: F401  (settings' API)
-from rocmci.values import CONTROL, IMAGE_REF, parse_int
+from rocmci.values import CONTROL, parse_int
 
 
 class Resolved(NamedTuple):
@@ -147,12 +147,10 @@ def _convert_str(setting: Setting, raw: Any, where: str) -> str:
         raise _bad(setting, where, "is not one of the known values", raw, hint=hint)
     if setting.pattern is not None and not re.fullmatch(setting.pattern, raw):
         raise _bad(setting, where, _why_not_valid(raw, setting.pattern), raw, hint=setting.pattern_hint)
-    if raw and setting.pattern is not None and IMAGE_REF.pattern in setting.pattern:
-        # the rule of --tag and --image (values.image_ref): docker wants the repository in lower case, and its
-        # engine says so only at the build's end ("repository name must be lowercase")
-        from rocmci.values import image_ref_problem
-
-        problem = image_ref_problem(raw)
+    if raw and setting.check is not None:
+        # docker's reference grammar (values.image_ref_problem, the rule of --tag and --image too): its engine would
+        # say so only when the build ends ("repository name must be lowercase", "invalid reference format")
+        problem = setting.check(raw)
         if problem:
             raise _bad(setting, where, problem, raw, hint=setting.pattern_hint)
     return raw

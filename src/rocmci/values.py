@@ -136,6 +136,13 @@ _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
+def repository_problem(text: str) -> str | None:
+    """Why `text` is no repository a tag can be appended to (image_repo: rocmci adds `:<target>-<archs>`), or None."""
+    if _NAME.fullmatch(text):
+        return None
+    return "is not a repository: it is [host[:port]/]path, of lower-case letters and digits joined by '.', '_' or '-'"
+
+
 def reference_problem(ref: str) -> str | None:
     """What makes `ref` no image reference docker can read, in a few words; None when it is one."""
     name, at, digest = ref.partition("@")

@@ -57,3 +57,14 @@ def test_upper_case_in_a_repository_is_refused_as_the_engine_refuses_it(engine, 
     done = docker_tag(engine, busybox_image, ref)
     assert "repository name must be lowercase" in done.stderr, done.stderr
     assert refused(ref)
+
+
+@pytest.mark.parametrize(
+    "repo", ["rocmci/vllm-rocm", "localhost:5000/a/b", "x", "rocm/x:", "rocm/x:tag", "a//b", "x/", "host:port/x"]
+)
+def test_rocmci_refuses_exactly_the_image_repos_docker_cannot_tag_with_a_target(engine, busybox_image, repo):
+    # image_repo gets `:<target>-<archs>` appended: judged as docker parses the tag rocmci would make from it
+    done = docker_tag(engine, busybox_image, f"{repo}:test-gfx942@{DIGEST}")
+    parsed = "refusing to create a tag with a digest reference" in done.stderr
+    assert parsed or "Error parsing reference" in done.stderr, done.stderr
+    assert (values.repository_problem(repo) is not None) == (not parsed), done.stderr

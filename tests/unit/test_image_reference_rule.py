@@ -56,3 +56,32 @@ def test_a_reference_docker_parses_is_kept(ref):
 def test_upper_case_in_the_repository_is_named_before_the_grammar():
     with pytest.raises(UsageError, match="has upper case in its repository name"):
         values.image_ref("--image", "Rocm/x@sha256:zzz")
+
+
+REPO = "is not a repository: it is [host[:port]/]path, of lower-case letters and digits joined by '.', '_' or '-'"
+
+
+@pytest.mark.parametrize("repo", ["rocm/x:", "rocm/x:tag", "a//b", "a..b", "x/", "host:port/x"])
+def test_an_image_repo_a_tag_cannot_be_appended_to_is_one_line(repo):
+    # rocmci appends `:<target>-<archs>`: `rocm/x:` would become `rocm/x::test-...`, which docker refuses
+    assert values.repository_problem(repo) == REPO
+    with pytest.raises(UsageError) as err:
+        settings.resolve(env={"ROCMCI_IMAGE_REPO": repo}, pyproject={})
+    assert err.value.message == f"setting 'image_repo' from env ROCMCI_IMAGE_REPO {REPO}, got {repo!r}"
+
+
+@pytest.mark.parametrize("repo", ["rocmci/vllm-rocm", "localhost:5000/a/b", "x", "registry.example:443/a__b/c-d"])
+def test_an_image_repo_docker_takes_is_kept(repo):
+    assert values.repository_problem(repo) is None
+    assert settings.resolve(env={"ROCMCI_IMAGE_REPO": repo}, pyproject={}).image_repo == repo
+
+
+def test_every_setting_whose_pattern_is_an_image_reference_is_checked_by_docker_grammar():
+    from rocmci.registry import REGISTRY
+
+    by_pattern = {s.name for s in REGISTRY if s.pattern and values.IMAGE_REF.pattern in s.pattern}
+    assert by_pattern == {"base_image", "ci_base_image", "image"}
+    assert all(s.check is values.image_ref_problem for s in REGISTRY if s.name in by_pattern)
+    for name in sorted(by_pattern):
+        with pytest.raises(UsageError, match="is not an image reference: it holds more than one '@'"):
+            settings.resolve(env={f"ROCMCI_{name.upper()}": f"a@b@{DIGEST}"}, pyproject={})
